@@ -1,0 +1,1 @@
+"""tuner: a fast Texel tuner for hand-crafted chess evaluations."""
