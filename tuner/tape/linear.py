@@ -1,0 +1,68 @@
+"""The lazy linear accumulator: parameter index -> integer coefficient.
+
+An evaluation is mostly a linear combination of parameter pairs with small integer counts. Instead
+of one record per term, terms are added here (duplicates merged) and the accumulator becomes a
+single linear-combination record, with zero coefficients dropped, when the phase blend or a
+non-linear op needs the sum.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .arena import Tape
+from .ops import operand_mark, push_operand, record_lincomb_pair
+
+JIT = dict(cache=True, nogil=True)
+
+
+class LinearAccumulator(NamedTuple):
+    """Dense coefficients plus the list of indices touched since the last clear."""
+
+    coef: np.ndarray     # int64[n_params]
+    seen: np.ndarray     # uint8[n_params]: 1 if the index is in `touched`
+    touched: np.ndarray  # int32[n_params]: touched indices, first-touch order
+    count: np.ndarray    # int64[1]: how many of `touched` are in use
+
+
+def new_accumulator(n_params: int) -> LinearAccumulator:
+    """An empty accumulator over `n_params` parameter pairs."""
+    return LinearAccumulator(np.zeros(n_params, np.int64), np.zeros(n_params, np.uint8),
+                             np.zeros(n_params, np.int32), np.zeros(1, np.int64))
+
+
+@njit(**JIT)
+def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
+    """coef[index] += coef (merged with earlier terms of the same index)."""
+    if acc.seen[index] == 0:
+        acc.seen[index] = 1
+        acc.touched[acc.count[0]] = index
+        acc.count[0] += 1
+    acc.coef[index] += coef
+
+
+@njit(**JIT)
+def lin_clear(acc: LinearAccumulator) -> None:
+    """Drop every term."""
+    for i in range(acc.count[0]):
+        j = acc.touched[i]
+        acc.coef[j] = 0
+        acc.seen[j] = 0
+    acc.count[0] = 0
+
+
+@njit(**JIT)
+def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
+    """One linear-combination record of the parameter pairs with non-zero coefficients; clears."""
+    first = operand_mark(t)
+    for i in range(acc.count[0]):
+        j = acc.touched[i]
+        c = acc.coef[j]
+        if c != 0:
+            push_operand(t, j, float(c))
+        acc.coef[j] = 0
+        acc.seen[j] = 0
+    acc.count[0] = 0
+    return record_lincomb_pair(t, first)
