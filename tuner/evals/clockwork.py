@@ -1,0 +1,605 @@
+"""Clockwork's hand-crafted evaluation (engine commit cde2ced), recorded on the tape.
+
+Specification: reference-eval.md (sections 0-7, 9-10). Every term is a parameter pair times an
+integer count, so the evaluation is linear in the parameters:
+
+* `features(pos, acc) -> phase` adds every net feature count (White minus Black; tempo +1/-1) to the
+  lazy linear accumulator with `lin_add`, and returns the integer phase 0..24;
+* `record_eval(tape, acc, pos) -> value index` = features, one `lin_record_pair` (one linear-
+  combination record of parameter pairs), then `record_phase(tape, pair, phase / 24)`.
+
+The engine's integer evaluation (spec section 5: 16-bit packing, C++ truncating division) is
+`int_eval(mg, eg, phase)`; `evaluate_fen` is a Python convenience returning everything at once.
+
+Implementation notes. Each side is evaluated in its own frame: Black's bitboards are mirrored
+vertically (a byte swap), so "forward" is always north and every relative rank is ``sq >> 3``. All
+features are invariant under that mirror (square colour flips for both the bishop and the pawns; the
+absolute-north "doubled" count and west-neighbour "phalanx" are mirror-symmetric), and the PSQT index
+``sq_rel ^ 56`` equals the spec's ``s ^ 56`` for White and ``s`` for Black. Attacks of every piece are
+computed once; the full attacker counts of spec section 4.2 are kept set-wise as a 5-plane bit-sliced
+counter per side, so "cnt_us(q) > cnt_them(q)" for every square is a handful of bitwise operations.
+Nothing allocates per position.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from tuner.chess.attacks import bishop_attacks, king_attacks, knight_attacks, rook_attacks
+from tuner.chess.bitboard import lsb, popcount
+from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
+
+from .registry import ParamRegistry
+
+JIT = dict(cache=True, nogil=True)
+INLINE = dict(JIT, inline="always")
+
+PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "clockwork.json")
+PHASE_MAX = 24
+K = 0.0025
+
+# ---------------------------------------------------------------------------------------------
+# Flat offsets of the parameter groups (registration order, spec section 7). Checked against the
+# shipped JSON by `registry()` and by the tests.
+
+PAWN_MAT = 0
+KNIGHT_MAT = 1
+BISHOP_MAT = 2
+ROOK_MAT = 3
+QUEEN_MAT = 4
+TEMPO_VAL = 5
+BISHOP_PAIR_VAL = 6
+ROOK_OPEN_VAL = 7
+ROOK_SEMIOPEN_VAL = 8
+DOUBLED_PAWN_VAL = 9
+POTENTIAL_CHECKER_VAL = 10
+OUTPOST_KNIGHT_VAL = 11
+OUTPOST_BISHOP_VAL = 12
+PAWN_PUSH_THREAT_KNIGHT = 13
+PAWN_PUSH_THREAT_BISHOP = 14
+PAWN_PUSH_THREAT_ROOK = 15
+PAWN_PUSH_THREAT_QUEEN = 16
+PAWN_PHALANX = 17
+DEFENDED_PAWN = 23
+PASSED_PAWN = 28
+DEFENDED_PASSED_PUSH = 34
+BLOCKED_PASSED_PAWN = 40
+FRIENDLY_KING_PASSED_PAWN_DISTANCE = 46
+ENEMY_KING_PASSED_PAWN_DISTANCE = 54
+KNIGHT_MOBILITY = 62
+BISHOP_MOBILITY = 71
+ROOK_MOBILITY = 85
+QUEEN_MOBILITY = 100
+KING_MOBILITY = 128
+KNIGHT_KING_RING = 137
+BISHOP_KING_RING = 140
+ROOK_KING_RING = 143
+QUEEN_KING_RING = 148
+PAWN_THREAT_KNIGHT = 154
+PAWN_THREAT_BISHOP = 155
+PAWN_THREAT_ROOK = 156
+PAWN_THREAT_QUEEN = 157
+KNIGHT_THREAT_BISHOP = 158
+KNIGHT_THREAT_ROOK = 159
+KNIGHT_THREAT_QUEEN = 160
+BISHOP_THREAT_KNIGHT = 161
+BISHOP_THREAT_ROOK = 162
+BISHOP_THREAT_QUEEN = 163
+BISHOP_PAWNS = 164
+PAWN_PSQT = 173
+KNIGHT_PSQT = 221
+BISHOP_PSQT = 285
+ROOK_PSQT = 349
+QUEEN_PSQT = 413
+KING_PSQT = 477
+N_PARAMS = 541
+
+OFFSETS = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, int)
+           and k not in ("N_PARAMS", "PHASE_MAX")}
+
+# ---------------------------------------------------------------------------------------------
+# Bitboard constants (np.uint64 so that numba never promotes to float).
+
+U64 = np.uint64
+_0 = U64(0)
+_1 = U64(1)
+_7 = U64(7)
+_8 = U64(8)
+_9 = U64(9)
+_16 = U64(16)
+_32 = U64(32)
+_FILE_A = U64(0x0101010101010101)
+_FILE_H = U64(0x8080808080808080)
+_NOT_A = U64(0xFEFEFEFEFEFEFEFE)
+_NOT_H = U64(0x7F7F7F7F7F7F7F7F)
+_LIGHT = U64(0x55AA55AA55AA55AA)
+_DARK = U64(0xAA55AA55AA55AA55)
+_CENTRAL = U64(0x3C3C3C3C3C3C3C3C)
+_RANKS_2_3 = U64(0x0000000000FFFF00)     # relative ranks 2 and 3 ("early" pawns)
+_RANKS_4_6 = U64(0x0000FFFFFF000000)     # relative ranks 4, 5, 6 (outposts)
+
+
+@intrinsic
+def _bswap64(typingctx, x):
+    """Byte swap = vertical mirror of a bitboard (square s -> s ^ 56)."""
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+    sig = types.uint64(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.bswap(args[0])
+
+    return sig, codegen
+
+
+@njit(**INLINE)
+def _flip(bb):
+    return _bswap64(U64(bb))
+
+
+@njit(**INLINE)
+def _bit(bb, sq):
+    """1 if square sq is in bb, else 0 (int64)."""
+    return np.int64((U64(bb) >> U64(sq)) & _1)
+
+
+@njit(**INLINE)
+def _dist(a, b):
+    df = abs((a & 7) - (b & 7))
+    dr = abs((a >> 3) - (b >> 3))
+    return max(df, dr)
+
+
+@njit(**INLINE)
+def _south_fill(bb):
+    bb |= bb >> _8
+    bb |= bb >> _16
+    bb |= bb >> _32
+    return bb
+
+
+@njit(**INLINE)
+def _file_fill(bb):
+    n = bb
+    n |= n << _8
+    n |= n << _16
+    n |= n << _32
+    return n | _south_fill(bb)
+
+
+@njit(**INLINE)
+def _cadd(c0, c1, c2, c3, c4, a):
+    """Add the 0/1 set `a` to the bit-sliced per-square counter (c0 = least significant plane)."""
+    t = c0 & a
+    c0 ^= a
+    a = t
+    t = c1 & a
+    c1 ^= a
+    a = t
+    t = c2 & a
+    c2 ^= a
+    a = t
+    t = c3 & a
+    c3 ^= a
+    c4 ^= t
+    return c0, c1, c2, c3, c4
+
+
+@njit(**INLINE)
+def _greater(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
+    """Set of squares where counter a > counter b (5-bit unsigned compare, bit-sliced)."""
+    gt = a4 & ~b4
+    eq = ~(a4 ^ b4)
+    gt |= eq & a3 & ~b3
+    eq &= ~(a3 ^ b3)
+    gt |= eq & a2 & ~b2
+    eq &= ~(a2 ^ b2)
+    gt |= eq & a1 & ~b1
+    eq &= ~(a1 ^ b1)
+    gt |= eq & a0 & ~b0
+    return gt
+
+
+# ---------------------------------------------------------------------------------------------
+# One side, in its own frame (it moves north). `sign` is +1 for White, -1 for Black.
+
+
+@njit(**INLINE)
+def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
+    """PSQT, mobility, king ring, bishop pawns and pair, threats, push threats, rook files and
+    outposts of one side. Returns the potential-checker count *against the other side* and the
+    side's bit-sliced attacker-count planes."""
+    occ = P | N | B | R | Q | K | oP | oN | oB | oR | oQ | oK
+    ksq = lsb(K) & 63
+    oksq = lsb(oK) & 63
+
+    pa = ((P & _NOT_H) << _9) | ((P & _NOT_A) << _7)          # our pawn attacks
+    pa_e = (P & _NOT_H) << _9
+    pa_w = (P & _NOT_A) << _7
+    opa = ((oP & _NOT_A) >> _9) | ((oP & _NOT_H) >> _7)       # their pawn attacks
+    blocked = P & (occ >> _8)
+    mob_mask = ~(blocked | (P & _RANKS_2_3) | opa)
+    ring = king_attacks(oksq) | oK
+    chk_n = knight_attacks(oksq)
+    chk_o = rook_attacks(oksq, occ)
+    chk_d = bishop_attacks(oksq, occ)
+
+    # PSQT (mirrored when our own king is on files e..h), row 0 = our 8th rank.
+    x = np.int64(56) ^ (np.int64(7) * np.int64((ksq & 7) >= 4))
+
+    c0, c1, c2, c3, c4 = _cadd(_0, _0, _0, _0, _0, pa_e)
+    c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, pa_w)
+
+    bb = P
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        lin_add(acc, PAWN_PSQT + (s ^ x) - 8, sign)
+
+    checkers = np.int64(0)
+
+    att_n = _0
+    bb = N
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        a = knight_attacks(s)
+        att_n |= a
+        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
+        lin_add(acc, KNIGHT_PSQT + (s ^ x), sign)
+        lin_add(acc, KNIGHT_MOBILITY + popcount(a & mob_mask), sign)
+        lin_add(acc, KNIGHT_KING_RING + popcount(a & ring), sign)
+        checkers += popcount(a & chk_n)
+
+    blocked_central = popcount(blocked & _CENTRAL)
+    n_light = min(8, popcount(P & _LIGHT))
+    n_dark = min(8, popcount(P & _DARK))
+    att_b = _0
+    bb = B
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        a = bishop_attacks(s, occ)
+        att_b |= a
+        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
+        lin_add(acc, BISHOP_PSQT + (s ^ x), sign)
+        lin_add(acc, BISHOP_MOBILITY + popcount(a & mob_mask), sign)
+        lin_add(acc, BISHOP_KING_RING + popcount(a & ring), sign)
+        checkers += popcount(a & chk_d)
+        light = _bit(_LIGHT, s)
+        n = light * n_light + (1 - light) * n_dark
+        lin_add(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
+
+    bb = R
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        a = rook_attacks(s, occ)
+        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
+        lin_add(acc, ROOK_PSQT + (s ^ x), sign)
+        lin_add(acc, ROOK_MOBILITY + popcount(a & mob_mask), sign)
+        lin_add(acc, ROOK_KING_RING + popcount(a & ring), sign)
+        checkers += popcount(a & chk_o)
+
+    bb = Q
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        a = rook_attacks(s, occ) | bishop_attacks(s, occ)
+        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
+        lin_add(acc, QUEEN_PSQT + (s ^ x), sign)
+        lin_add(acc, QUEEN_MOBILITY + popcount(a & mob_mask), sign)
+        lin_add(acc, QUEEN_KING_RING + popcount(a & ring), sign)
+        checkers += popcount(a & (chk_o | chk_d))
+
+    a = king_attacks(ksq)
+    c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
+    lin_add(acc, KING_PSQT + (ksq ^ x), sign)
+    lin_add(acc, KING_MOBILITY + popcount(a & mob_mask), sign)
+
+    lin_add(acc, BISHOP_PAIR_VAL, sign * np.int64(popcount(B) >= 2))
+
+    # Threats (set intersections: each attacked piece once per term).
+    lin_add(acc, PAWN_THREAT_KNIGHT, sign * popcount(pa & oN))
+    lin_add(acc, PAWN_THREAT_BISHOP, sign * popcount(pa & oB))
+    lin_add(acc, PAWN_THREAT_ROOK, sign * popcount(pa & oR))
+    lin_add(acc, PAWN_THREAT_QUEEN, sign * popcount(pa & oQ))
+    lin_add(acc, KNIGHT_THREAT_BISHOP, sign * popcount(att_n & oB))
+    lin_add(acc, KNIGHT_THREAT_ROOK, sign * popcount(att_n & oR))
+    lin_add(acc, KNIGHT_THREAT_QUEEN, sign * popcount(att_n & oQ))
+    lin_add(acc, BISHOP_THREAT_KNIGHT, sign * popcount(att_b & oN))
+    lin_add(acc, BISHOP_THREAT_ROOK, sign * popcount(att_b & oR))
+    lin_add(acc, BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
+
+    # Pawn push threats: single pushes to empty squares, then the pushed pawn's attacks.
+    pushed = (P << _8) & ~occ
+    t = ((pushed & _NOT_H) << _9) | ((pushed & _NOT_A) << _7)
+    lin_add(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
+    lin_add(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
+    lin_add(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
+    lin_add(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
+
+    # Rook files.
+    own_files = _file_fill(P)
+    their_files = _file_fill(oP)
+    lin_add(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
+    lin_add(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
+
+    # Outposts (current enemy pawn attacks only).
+    viable = _RANKS_4_6 & pa & ~opa
+    lin_add(acc, OUTPOST_KNIGHT_VAL, sign * popcount(N & viable))
+    lin_add(acc, OUTPOST_BISHOP_VAL, sign * popcount(B & viable))
+
+    return checkers, c0, c1, c2, c3, c4
+
+
+@njit(**INLINE)
+def _pawns(acc, sign, P, oP, K, oK, occ, push_defended):
+    """Doubled, passed (with push/blocked/king-distance terms), phalanx and defended pawns of one
+    side in its own frame. `push_defended`: squares where our attacker count beats theirs."""
+    ksq = lsb(K) & 63
+    oksq = lsb(oK) & 63
+
+    lin_add(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
+
+    span = _south_fill(oP >> _8)
+    span |= ((span & _NOT_H) << _1) | ((span & _NOT_A) >> _1)
+    bb = P & ~span
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        i = (s >> 3) - 1
+        q = s + 8
+        lin_add(acc, PASSED_PAWN + i, sign)
+        lin_add(acc, DEFENDED_PASSED_PUSH + i, sign * _bit(push_defended, q))
+        lin_add(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
+        lin_add(acc, FRIENDLY_KING_PASSED_PAWN_DISTANCE + _dist(ksq, s), sign)
+        lin_add(acc, ENEMY_KING_PASSED_PAWN_DISTANCE + _dist(oksq, s), sign)
+
+    bb = P & ((P & _NOT_H) << _1)          # pawns with an own pawn immediately west
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        lin_add(acc, PAWN_PHALANX + (s >> 3) - 1, sign)
+
+    pa = ((P & _NOT_H) << _9) | ((P & _NOT_A) << _7)
+    bb = P & pa
+    while bb:
+        s = lsb(bb)
+        bb &= bb - _1
+        lin_add(acc, DEFENDED_PAWN + (s >> 3) - 2, sign)
+
+
+@njit(**JIT)
+def features(pos, acc):
+    """Add every net feature count of `pos` (uint64[9]) to `acc`; return the phase (0..24)."""
+    white = U64(pos[0])
+    black = U64(pos[1])
+    pawns = U64(pos[2])
+    knights = U64(pos[3])
+    bishops = U64(pos[4])
+    rooks = U64(pos[5])
+    queens = U64(pos[6])
+    kings = U64(pos[7])
+    stm = np.int64(U64(pos[8]) & _1)
+
+    wP, wN, wB, wR, wQ, wK = (white & pawns, white & knights, white & bishops, white & rooks,
+                              white & queens, white & kings)
+    aP, aN, aB, aR, aQ, aK = (black & pawns, black & knights, black & bishops, black & rooks,
+                              black & queens, black & kings)
+    # Black in its own frame (vertical mirror), and White seen from Black's frame.
+    bP, bN, bB, bR, bQ, bK = _flip(aP), _flip(aN), _flip(aB), _flip(aR), _flip(aQ), _flip(aK)
+    vP, vN, vB, vR, vQ, vK = _flip(wP), _flip(wN), _flip(wB), _flip(wR), _flip(wQ), _flip(wK)
+
+    lin_add(acc, PAWN_MAT, popcount(wP) - popcount(aP))
+    lin_add(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))
+    lin_add(acc, BISHOP_MAT, popcount(wB) - popcount(aB))
+    lin_add(acc, ROOK_MAT, popcount(wR) - popcount(aR))
+    lin_add(acc, QUEEN_MAT, popcount(wQ) - popcount(aQ))
+    lin_add(acc, TEMPO_VAL, 1 - 2 * stm)
+
+    chk_vs_b, w0, w1, w2, w3, w4 = _pieces(acc, np.int64(1), wP, wN, wB, wR, wQ, wK,
+                                           aP, aN, aB, aR, aQ, aK)
+    chk_vs_w, b0, b1, b2, b3, b4 = _pieces(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK,
+                                           vP, vN, vB, vR, vQ, vK)
+    # Potential checkers are a penalty for the side whose king is looked at.
+    lin_add(acc, POTENTIAL_CHECKER_VAL, chk_vs_w - chk_vs_b)
+
+    occ = white | black
+    w_gt = _greater(w0, w1, w2, w3, w4, _flip(b0), _flip(b1), _flip(b2), _flip(b3), _flip(b4))
+    b_gt = _greater(b0, b1, b2, b3, b4, _flip(w0), _flip(w1), _flip(w2), _flip(w3), _flip(w4))
+    _pawns(acc, np.int64(1), wP, aP, wK, aK, occ, w_gt)
+    _pawns(acc, np.int64(-1), bP, vP, bK, vK, _flip(occ), b_gt)
+
+    ph = (popcount(knights) + popcount(bishops) + 2 * popcount(rooks) + 4 * popcount(queens))
+    return min(ph, PHASE_MAX)
+
+
+@njit(**JIT)
+def record_eval(tape, acc, pos):
+    """Record the continuous White-POV evaluation of `pos`; return its value index."""
+    ph = features(pos, acc)
+    pair = lin_record_pair(tape, acc)
+    return record_phase(tape, pair, ph / PHASE_MAX)
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine integer semantics (spec section 5).
+
+
+@njit(**INLINE)
+def _s16(x):
+    x &= 0xFFFF
+    return x - 0x10000 if x >= 0x8000 else x
+
+
+@njit(**JIT)
+def int_eval(mg, eg, phase):
+    """The engine's `evaluate_white_pov` from integer MG, EG totals and phase (0..24): 32-bit
+    packed score (eg * 65536 + mg) unpacked into 16-bit halves, blended with C++ truncating
+    division by 24, narrowed to 16 bits."""
+    mg = np.int64(mg)
+    eg = np.int64(eg)
+    p = np.int64(phase)
+    packed = (eg * 65536 + mg) & 0xFFFFFFFF
+    mg16 = _s16(packed)
+    eg16 = _s16(((packed + 0x8000) & 0xFFFFFFFF) >> 16)
+    num = mg16 * p + eg16 * (PHASE_MAX - p)
+    q = abs(num) // PHASE_MAX
+    if num < 0:
+        q = -q
+    return _s16(q)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch helpers (njit) and the Python convenience layer.
+
+
+@njit(**JIT)
+def counts_batch(positions, acc, counts, phases):
+    """Dense net feature counts: counts[i, j] (int32[N, n_params], zeroed by the caller) and
+    phases[i] (int64[N]) of every position. Clears `acc` after each position."""
+    for i in range(positions.shape[0]):
+        phases[i] = features(positions[i], acc)
+        for k in range(acc.count[0]):
+            j = acc.touched[k]
+            counts[i, j] = acc.coef[j]
+            acc.coef[j] = 0
+            acc.seen[j] = 0
+        acc.count[0] = 0
+
+
+@njit(**JIT)
+def totals_batch(positions, acc, params, mg, eg, phases):
+    """MG and EG totals (sum of net count * value, in float64) and phases of every position, for
+    the parameter values `params` (float64[n_params, 2]). Clears `acc` after each position."""
+    for i in range(positions.shape[0]):
+        phases[i] = features(positions[i], acc)
+        m = 0.0
+        e = 0.0
+        for k in range(acc.count[0]):
+            j = acc.touched[k]
+            c = acc.coef[j]
+            m += c * params[j, 0]
+            e += c * params[j, 1]
+            acc.coef[j] = 0
+            acc.seen[j] = 0
+        acc.count[0] = 0
+        mg[i] = m
+        eg[i] = e
+
+
+@njit(**JIT)
+def int_eval_batch(mg, eg, phases, out):
+    """`int_eval` elementwise over integer-valued arrays (out: int64[N])."""
+    for i in range(mg.shape[0]):
+        out[i] = int_eval(np.int64(mg[i]), np.int64(eg[i]), phases[i])
+
+
+@lru_cache(maxsize=None)
+def registry() -> ParamRegistry:
+    """The Clockwork parameter registry with the engine's defaults (shipped JSON)."""
+    reg = ParamRegistry.from_json(PARAMS_PATH)
+    check_offsets(reg)
+    return reg
+
+
+def check_offsets(reg: ParamRegistry) -> None:
+    """Raise if `reg` does not have the layout this evaluation indexes into."""
+    if reg.n_params != N_PARAMS:
+        raise ValueError(f"Clockwork evaluation needs {N_PARAMS} pair entries, registry has {reg.n_params}")
+    for name, off in OFFSETS.items():
+        if name not in reg or reg.offset(name) != off:
+            raise ValueError(f"parameter {name}: expected flat offset {off}")
+
+
+def load_params(params=None) -> np.ndarray:
+    """float64[n_params, 2] values: defaults (None), an array, a ParamRegistry or a JSON path."""
+    if params is None:
+        return np.array(registry().defaults)
+    if isinstance(params, ParamRegistry):
+        check_offsets(params)
+        return np.array(params.defaults)
+    if isinstance(params, (str, os.PathLike)):
+        reg = ParamRegistry.from_json(params)
+        check_offsets(reg)
+        return np.array(reg.defaults)
+    v = np.asarray(params, dtype=np.float64)
+    if v.shape != (N_PARAMS, 2):
+        raise ValueError(f"params must have shape ({N_PARAMS}, 2), got {v.shape}")
+    return v
+
+
+def evaluate_positions(positions, params=None):
+    """Evaluate positions (uint64[N, 9]) with `params` (see `load_params`).
+
+    Returns ``(int_eval, continuous, mg, eg, phase)`` arrays. ``mg``/``eg``/``continuous`` use the
+    given (possibly fractional) values; ``int_eval`` is the engine's integer evaluation after
+    rounding every value to an integer with ``std::round`` (exactly the engine's for integer params).
+    """
+    from .export import round_params
+
+    positions = np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 9)
+    values = load_params(params)
+    n = positions.shape[0]
+    acc = new_accumulator(N_PARAMS)
+    mg = np.empty(n)
+    eg = np.empty(n)
+    phase = np.empty(n, np.int64)
+    totals_batch(positions, acc, values, mg, eg, phase)
+    alpha = phase / PHASE_MAX
+    cont = alpha * mg + (1.0 - alpha) * eg
+    rounded = round_params(values).astype(np.float64)
+    if np.array_equal(rounded, values):
+        img, ieg = mg, eg
+    else:
+        img = np.empty(n)
+        ieg = np.empty(n)
+        totals_batch(positions, acc, rounded, img, ieg, phase)
+    ie = np.empty(n, np.int64)
+    int_eval_batch(img, ieg, phase, ie)
+    return ie, cont, mg, eg, phase
+
+
+def feature_counts(positions):
+    """Dense net feature counts int32[N, n_params] and phases int64[N] of positions uint64[N, 9]."""
+    positions = np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 9)
+    counts = np.zeros((positions.shape[0], N_PARAMS), np.int32)
+    phases = np.empty(positions.shape[0], np.int64)
+    counts_batch(positions, new_accumulator(N_PARAMS), counts, phases)
+    return counts, phases
+
+
+def evaluate_fen(fen: str, params=None):
+    """``(int_eval, continuous_eval, mg, eg, phase, counts)`` of one FEN, White's point of view.
+
+    ``counts`` is the dense int64[n_params] vector of net feature counts; ``mg``/``eg`` are the
+    totals ``counts . values``. Raises ValueError for an invalid FEN or a position outside the
+    evaluation's domain (see `check_domain`).
+    """
+    from tuner.chess.position import parse_fen
+
+    pos = parse_fen(fen)
+    check_domain(pos)
+    ie, cont, mg, eg, phase = evaluate_positions(pos.reshape(1, 9), params)
+    counts, _ = feature_counts(pos.reshape(1, 9))
+    return (int(ie[0]), float(cont[0]), float(mg[0]), float(eg[0]), int(phase[0]),
+            counts[0].astype(np.int64))
+
+
+def check_domain(pos) -> None:
+    """Raise ValueError for positions the engine's evaluation does not define (spec section 10):
+    not exactly one king per colour, or pawns on the first or last rank."""
+    pos = np.asarray(pos, dtype=np.uint64)
+    white, black, pawns, kings = (int(pos[0]), int(pos[1]), int(pos[2]), int(pos[7]))
+    for name, side in (("white", white), ("black", black)):
+        n = bin(side & kings).count("1")
+        if n != 1:
+            raise ValueError(f"{name} has {n} kings (the evaluation needs exactly one per side)")
+    if pawns & 0xFF000000000000FF:
+        raise ValueError("pawn on the first or last rank (outside the evaluation's domain)")
+
