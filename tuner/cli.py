@@ -11,5 +11,9 @@ def main() -> None:
 # --- evaluation commands (eval, export) -------------------------------------------------------
 
 # --- dataset commands (convert, data stats) ---------------------------------------------------
+from tuner.data.commands import convert_cmd, data_group  # noqa: E402  (light: click only)
+
+main.add_command(convert_cmd)
+main.add_command(data_group)
 
 # --- training commands (train, bench) ---------------------------------------------------------

@@ -1,0 +1,152 @@
+"""Click commands of the dataset layer: ``tuner convert`` and ``tuner data stats|list``.
+
+Registered on the main group in tuner/cli.py ("dataset commands" section). Heavy imports
+(pyarrow, numba) happen inside the commands so ``tuner --help`` stays quick.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from contextlib import contextmanager
+
+import click
+
+FORMAT_CHOICES = ("auto", "clockwork", "bracket", "pipe", "epd")
+PROGRESS_MIN_BYTES = 16 << 20
+
+
+@contextmanager
+def _sigterm_as_exit():
+    """Turn SIGTERM into SystemExit so cleanup (temporary output file) runs."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not in the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@click.command("convert")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Parquet file to write (replaced atomically on success).")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="auto",
+              show_default=True,
+              help="Input format; 'auto' detects it per file. clockwork: FEN;w|d|b; "
+                   "bracket: FEN [1.0] (or [1-0], [1/2-1/2], [0-1]); pipe: FEN | score | wdl; "
+                   'epd: 4 FEN fields + c9 "1-0";')
+@click.option("--policy", type=click.Choice(("skip", "strict")), default="skip",
+              show_default=True,
+              help="skip: leave bad lines out and report them; strict: any bad line fails "
+                   "and nothing is written.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: for inputs over 16 MB).")
+def convert_cmd(inputs, output, fmt, policy, progress):
+    """Convert text files of labelled positions (INPUT...) into one Parquet file.
+
+    Bad lines are reported as file:line: reason. The output gets the columns fen (string),
+    result (double, White's point of view) and, for the pipe format, score_cp (int32),
+    zstd-compressed in row groups of 131,072 rows.
+    """
+    from .convert import convert_files
+    from .errors import DatasetError
+
+    total = 0
+    for p in inputs:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    show = progress if progress is not None else total >= PROGRESS_MIN_BYTES
+    log = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    try:
+        with _sigterm_as_exit():
+            if show:
+                with click.progressbar(length=total, label="converting", file=sys.stderr,
+                                       show_percent=True, show_eta=True) as bar:
+                    summary = convert_files(list(inputs), output, fmt, policy,
+                                            progress=bar.update, log=log)
+            else:
+                summary = convert_files(list(inputs), output, fmt, policy, log=log)
+    except DatasetError as e:
+        raise click.ClickException(str(e)) from e
+    for fs in summary.files:
+        click.echo(f"  {fs.path}: {fs.format}, {fs.rows:,} rows, {fs.n_bad:,} bad lines")
+    rate = summary.rows / summary.seconds if summary.seconds > 0 else 0.0
+    click.echo(f"wrote {output}: {summary.rows:,} rows, {summary.n_bad:,} bad lines skipped, "
+               f"{summary.bytes_in / 1e6:.1f} MB read in {summary.seconds:.2f} s "
+               f"({rate:,.0f} rows/s)")
+
+
+@click.group("data")
+def data_group():
+    """Inspect datasets (registry names or Parquet files)."""
+
+
+@data_group.command("stats")
+@click.argument("dataset")
+@click.option("--policy", type=click.Choice(("skip", "strict")), default="skip",
+              show_default=True, help="strict: fail if the file has bad rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def stats_cmd(dataset, policy, as_json):
+    """Rows, results, phase histogram and standard/DFRC counts of DATASET (a name from
+    datasets/registry.toml, or a Parquet file).
+
+    \b
+    Phase = knights + bishops + 2*rooks + 4*queens (both sides), capped at 24.
+    Variant, decided per position from its castling rights:
+      DFRC     a right with the king off the e-file or the rook off the
+               a/h-file, or a Shredder-style castling field (HAha, GAfd ...);
+      standard rights present, all standard, written KQkq;
+      unknown  no castling rights left (either variant).
+    """
+    from .errors import DatasetError
+    from .stats import dataset_stats, format_stats
+
+    try:
+        s = dataset_stats(dataset, policy=policy)
+    except DatasetError as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        click.echo(json.dumps(s.to_dict(), indent=2))
+    else:
+        click.echo(format_stats(s))
+
+
+@data_group.command("list")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Check files against the registry's checksums.")
+def list_cmd(verify):
+    """Registered datasets (datasets/registry.toml, or $TUNER_DATASETS) and their state."""
+    from .errors import DatasetError
+    from .registry import display_path, load_registry, registry_path, verify_entry
+
+    try:
+        reg = load_registry()
+    except DatasetError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"registry: {display_path(registry_path())}")
+    if not reg:
+        click.echo("  (no datasets registered)")
+    for name, e in reg.items():
+        if not e.path.is_file():
+            state = f"missing; create with: {e.convert_command()}" if e.sha256 is None \
+                else "MISSING (shipped file; restore it with git)"
+        elif verify:
+            try:
+                verify_entry(e)
+                state = "ok" if e.sha256 else "present (no checksum)"
+            except DatasetError as err:
+                state = f"ERROR: {err}"
+        else:
+            state = "present"
+        rows = f"{e.rows:,} rows" if e.rows else ""
+        click.echo(f"  {name:<15}{display_path(e.path):<32}{rows:>14}  {state}")

@@ -1,0 +1,246 @@
+"""Text -> Parquet conversion (``tuner convert``)."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import MAX_BAD_KEPT, DatasetError, format_bad_list
+from .fenarrow import parse_fen_array, status_text
+from .formats import DESCRIPTIONS, FORMATS, PARSERS, detect_format
+from .schema import ROW_GROUP_ROWS, output_schema
+
+BLOCK_BYTES = 8 << 20
+DETECT_BYTES = 1 << 20
+DETECT_LINES = 200
+
+
+@dataclass
+class FileSummary:
+    path: str
+    format: str
+    rows: int = 0
+    n_bad: int = 0
+
+
+@dataclass
+class ConvertSummary:
+    output: Path
+    rows: int
+    n_bad: int
+    bad: list[str]  # "file:line: reason", the first MAX_BAD_KEPT
+    files: list[FileSummary] = field(default_factory=list)
+    seconds: float = 0.0
+    bytes_in: int = 0
+
+
+def _sample_lines(path: Path) -> tuple[list[str], bool]:
+    """The first non-blank lines of ``path`` (for detection), and whether the file is empty
+    (no non-blank line at all)."""
+    with open(path, "rb") as f:
+        head = f.read(DETECT_BYTES)
+        if not head.strip():
+            while block := f.read(BLOCK_BYTES):
+                if block.strip():
+                    break
+            else:
+                return [], True
+    lines = [ln for ln in head.decode("utf-8", "replace").split("\n")[:-1] if ln.strip()]
+    if not lines:  # one very long first line
+        lines = [head.decode("utf-8", "replace")]
+    return lines[:DETECT_LINES], False
+
+
+def resolve_format(path: Path, fmt: str) -> str:
+    """The format of ``path``: ``fmt`` itself, or detected when ``fmt == "auto"``."""
+    lines, empty = _sample_lines(path)
+    if empty:
+        raise DatasetError(f"{path}: empty file (no positions)")
+    if fmt != "auto":
+        return fmt
+    name, _counts = detect_format(lines)
+    if name is None:
+        first = lines[0].strip()
+        if len(first) > 100:
+            first = first[:100] + "..."
+        known = "; ".join(f"{k} ({v})" for k, v in DESCRIPTIONS.items())
+        raise DatasetError(f"{path}: cannot detect the format (first line: {first!r}); "
+                           f"known formats: {known}; force one with --format")
+    return name
+
+
+def _blocks(f, block_bytes: int):
+    """Yield (bytes consumed, text block of whole lines)."""
+    carry = b""
+    while True:
+        chunk = f.read(block_bytes)
+        if not chunk:
+            if carry:
+                yield 0, carry
+            return
+        data = carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            yield len(chunk), b""
+            continue
+        carry = data[cut + 1:]
+        yield len(chunk), data[:cut + 1]
+
+
+def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
+                  fmt: str = "auto", policy: str = "skip", *,
+                  progress: Callable[[int], None] | None = None,
+                  log: Callable[[str], None] | None = None,
+                  row_group_rows: int = ROW_GROUP_ROWS,
+                  block_bytes: int = BLOCK_BYTES) -> ConvertSummary:
+    """Convert text files of labelled positions into one Parquet file ``output``.
+
+    ``fmt`` is ``auto`` (detected per file) or one of ``FORMATS``. Lines that do not parse,
+    carry a bad result or an invalid FEN are reported as ``file:line: reason``; with
+    ``policy="skip"`` they are left out (``log`` gets a summary), with ``policy="strict"``
+    any bad line raises DatasetError and nothing is written. The output is written to a
+    temporary file next to it and renamed only on success; on any error or interrupt the
+    temporary file is removed and an existing ``output`` is left untouched.
+    ``progress(nbytes)`` is called as input bytes are consumed.
+    """
+    t0 = time.perf_counter()
+    if policy not in ("skip", "strict"):
+        raise ValueError(f"policy must be 'skip' or 'strict', got {policy!r}")
+    if fmt != "auto" and fmt not in FORMATS:
+        raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {fmt!r}")
+    if not inputs:
+        raise DatasetError("no input files")
+    out = Path(output)
+    paths = []
+    for inp in inputs:
+        p = Path(inp)
+        if not p.exists():
+            raise DatasetError(f"{inp}: no such file")
+        if not p.is_file():
+            raise DatasetError(f"{inp}: not a regular file")
+        if out.exists() and p.resolve() == out.resolve():
+            raise DatasetError(f"{inp}: the output would overwrite this input")
+        paths.append(p)
+    out_dir = out.parent if str(out.parent) else Path(".")
+    if not out_dir.is_dir():
+        raise DatasetError(f"{output}: output directory {out_dir} does not exist")
+    if out.is_dir():
+        raise DatasetError(f"{output}: is a directory")
+
+    formats = [resolve_format(p, fmt) for p in paths]
+    with_score = "pipe" in formats
+    schema = output_schema(with_score)
+    summary = ConvertSummary(out, 0, 0, [], [FileSummary(str(p), f) for p, f in
+                                             zip(paths, formats)])
+
+    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    writer = None
+    try:
+        writer = pq.ParquetWriter(tmp_name, schema, compression="zstd",
+                                  use_dictionary=["result"], write_page_checksum=True)
+        pending: list[pa.Table] = []
+        pending_rows = 0
+
+        def flush(final: bool) -> None:
+            nonlocal pending, pending_rows
+            while pending_rows >= row_group_rows or (final and pending_rows):
+                table = pa.concat_tables(pending).combine_chunks()
+                n = min(row_group_rows, table.num_rows)
+                writer.write_table(table.slice(0, n), row_group_size=n)
+                rest = table.slice(n)
+                pending = [rest] if rest.num_rows else []
+                pending_rows = rest.num_rows
+
+        for p, f_fmt, fsum in zip(paths, formats, summary.files):
+            parse = PARSERS[f_fmt]
+            line_base = 0
+            with open(p, "rb") as f:
+                for nbytes, raw in _blocks(f, block_bytes):
+                    summary.bytes_in += nbytes
+                    if raw:
+                        lines = raw.decode("utf-8", "replace").split("\n")
+                        if raw.endswith(b"\n"):
+                            lines.pop()
+                        table = _convert_block(lines, parse, schema, line_base, fsum,
+                                               summary)
+                        line_base += len(lines)
+                        if table is not None and table.num_rows:
+                            pending.append(table)
+                            pending_rows += table.num_rows
+                            flush(False)
+                    if progress is not None and nbytes:
+                        progress(nbytes)
+        flush(True)
+        summary.rows = sum(fs.rows for fs in summary.files)
+        summary.n_bad = sum(fs.n_bad for fs in summary.files)
+        if summary.n_bad and policy == "strict":
+            raise DatasetError(f"{summary.n_bad:,} bad line(s) (policy strict; nothing "
+                               f"written):\n" + format_bad_list(summary.bad, summary.n_bad))
+        if summary.rows == 0:
+            what = f" ({summary.n_bad:,} bad line(s))" if summary.n_bad else ""
+            raise DatasetError(f"no valid positions in the input{what}; nothing written"
+                               + ("\n" + format_bad_list(summary.bad, summary.n_bad)
+                                  if summary.n_bad else ""))
+        writer.close()
+        writer = None
+        fd = os.open(tmp_name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
+        os.replace(tmp_name, out)
+    except BaseException:
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:
+                pass
+        tmp.unlink(missing_ok=True)
+        raise
+    summary.seconds = time.perf_counter() - t0
+    if log is not None and summary.n_bad:
+        log(f"skipped {summary.n_bad:,} bad line(s):\n"
+            + format_bad_list(summary.bad, summary.n_bad))
+    return summary
+
+
+def _convert_block(lines, parse, schema: pa.Schema, line_base, fsum: FileSummary,
+                   summary: ConvertSummary) -> pa.Table | None:
+    parsed = parse(lines)
+    bad = list(parsed.bad)
+    table = None
+    if parsed.fens:
+        fen_arr = pa.array(parsed.fens, type=pa.string())
+        _, status = parse_fen_array(fen_arr)
+        ok = status == 0
+        cols = [fen_arr, pa.array(parsed.results, type=pa.float64())]
+        if "score_cp" in schema.names:
+            cols.append(pa.array(parsed.scores, type=pa.int32()) if parsed.scores is not None
+                        else pa.nulls(len(parsed.fens), pa.int32()))
+        table = pa.Table.from_arrays(cols, schema=schema)
+        if not ok.all():
+            for j in np.flatnonzero(~ok):
+                bad.append((parsed.index[j], status_text(status[j])))
+            table = table.filter(pa.array(ok))
+        fsum.rows += table.num_rows
+    if bad:
+        bad.sort()
+        fsum.n_bad += len(bad)
+        room = MAX_BAD_KEPT - len(summary.bad)
+        for i, reason in bad[:max(room, 0)]:
+            summary.bad.append(f"{fsum.path}:{line_base + i + 1}: {reason}")
+    return table

@@ -1,0 +1,223 @@
+"""Text formats for labelled positions, and per-file format detection.
+
+Every format gives one position per line; results are White's point of view.
+
+==========  ===============================================  ============================
+name        line                                              result tokens
+==========  ===============================================  ============================
+clockwork   ``FEN;w``                                         ``w`` / ``d`` / ``b``
+bracket     ``FEN [1.0]``                                     ``1.0 0.5 0.0 1-0 1/2-1/2 0-1``
+pipe        ``FEN | score | wdl`` (score: integer cp)          ``1.0 0.5 0.0`` (also 1, 0)
+epd         ``<4 FEN fields> [hmvc fmvn] c9 "1-0"; ...``      ``"1-0" "1/2-1/2" "0-1"``
+==========  ===============================================  ============================
+
+Blank lines are skipped. EPD clocks come from the ``hmvc`` / ``fmvn`` opcodes (default 0 and
+1); two bare numbers after the four FEN fields are also taken as the clocks.
+The FEN text is kept as written, with runs of whitespace collapsed to one space.
+Whether the FEN itself is valid is decided later by tuner.chess (one FEN parser).
+"""
+from __future__ import annotations
+
+import re
+
+FORMATS = ("clockwork", "bracket", "pipe", "epd")
+
+CLOCKWORK_RESULTS = {"w": 1.0, "d": 0.5, "b": 0.0}
+BRACKET_RESULTS = {"1.0": 1.0, "0.5": 0.5, "0.0": 0.0,
+                   "1-0": 1.0, "1/2-1/2": 0.5, "0-1": 0.0}
+PIPE_RESULTS = {"1.0": 1.0, "0.5": 0.5, "0.0": 0.0, "1": 1.0, "0": 0.0}
+EPD_RESULTS = {"1-0": 1.0, "1/2-1/2": 0.5, "0-1": 0.0}
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+_DETECT = {
+    "clockwork": re.compile(r";\s*[wdb]\s*$"),
+    "epd": re.compile(r"(^|[\s;])c9\s+\""),
+    "pipe": re.compile(r"^[^|]+\|[^|]+\|[^|]+$"),
+    "bracket": re.compile(r"\[[^\[\]]*\]\s*$"),
+}
+_EPD_C9 = re.compile(r'(?:^|;)\s*c9\s+"([^"]*)"')
+_EPD_HMVC = re.compile(r"(?:^|;)\s*hmvc\s+(\S+?)\s*(?:;|$)")
+_EPD_FMVN = re.compile(r"(?:^|;)\s*fmvn\s+(\S+?)\s*(?:;|$)")
+
+DESCRIPTIONS = {
+    "clockwork": "FEN;w|d|b",
+    "bracket": "FEN [1.0|0.5|0.0|1-0|1/2-1/2|0-1]",
+    "pipe": "FEN | score | wdl",
+    "epd": 'EPD with c9 "1-0";',
+}
+
+
+def classify_line(line: str) -> str | None:
+    """The format a single (non-blank) line looks like, or None."""
+    for name in ("clockwork", "epd", "pipe", "bracket"):
+        if _DETECT[name].search(line):
+            return name
+    return None
+
+
+def detect_format(sample_lines: list[str]) -> tuple[str | None, dict[str, int]]:
+    """Most frequent format among the sample's non-blank lines: (format or None, counts)."""
+    counts: dict[str, int] = {}
+    for line in sample_lines:
+        line = line.strip()
+        if line:
+            name = classify_line(line)
+            if name is not None:
+                counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None, counts
+    return max(counts, key=counts.get), counts
+
+
+class Parsed:
+    """Accepted lines of one block: fens, results, scores (pipe only), line indices; and
+    rejected lines as (line index, reason)."""
+
+    __slots__ = ("fens", "results", "scores", "index", "bad")
+
+    def __init__(self):
+        self.fens: list[str] = []
+        self.results: list[float] = []
+        self.scores: list[int] | None = None
+        self.index: list[int] = []
+        self.bad: list[tuple[int, str]] = []
+
+
+def _norm(fen: str) -> str:
+    return " ".join(fen.split())
+
+
+def parse_clockwork(lines: list[str]) -> Parsed:
+    out = Parsed()
+    fens, results, index, bad = out.fens, out.results, out.index, out.bad
+    get = CLOCKWORK_RESULTS.get
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        fen, sep, tok = line.partition(";")
+        if not sep:
+            bad.append((i, "no ';' before the result (expected FEN;w|d|b)"))
+            continue
+        tok = tok.strip()
+        r = get(tok)
+        if r is None:
+            bad.append((i, f"bad result token {tok!r} (expected w, d or b)"))
+            continue
+        fens.append(_norm(fen))
+        results.append(r)
+        index.append(i)
+    return out
+
+
+def parse_bracket(lines: list[str]) -> Parsed:
+    out = Parsed()
+    fens, results, index, bad = out.fens, out.results, out.index, out.bad
+    get = BRACKET_RESULTS.get
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        j = line.rfind("[")
+        if j < 0 or not line.endswith("]"):
+            bad.append((i, "no [result] at the end of the line (expected FEN [1.0])"))
+            continue
+        tok = line[j + 1:-1].strip()
+        r = get(tok)
+        if r is None:
+            bad.append((i, f"bad result token [{tok}] (expected [1.0], [0.5], [0.0], [1-0], "
+                           "[1/2-1/2] or [0-1])"))
+            continue
+        fens.append(_norm(line[:j]))
+        results.append(r)
+        index.append(i)
+    return out
+
+
+def parse_pipe(lines: list[str]) -> Parsed:
+    out = Parsed()
+    out.scores = scores = []
+    fens, results, index, bad = out.fens, out.results, out.index, out.bad
+    get = PIPE_RESULTS.get
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.split("|")
+        if len(parts) != 3:
+            bad.append((i, f"{len(parts)} field(s) separated by '|', expected 3 "
+                           "(FEN | score | wdl)"))
+            continue
+        fen, s, w = parts
+        s = s.strip()
+        try:
+            score = int(s)
+        except ValueError:
+            bad.append((i, f"bad score {s!r} (expected an integer in centipawns)"))
+            continue
+        if not INT32_MIN <= score <= INT32_MAX:
+            bad.append((i, f"score {s} out of the int32 range"))
+            continue
+        w = w.strip()
+        r = get(w)
+        if r is None:
+            bad.append((i, f"bad wdl {w!r} (expected 1.0, 0.5 or 0.0)"))
+            continue
+        fens.append(_norm(fen))
+        results.append(r)
+        scores.append(score)
+        index.append(i)
+    return out
+
+
+def _clock(text: str) -> str | None:
+    return text if text.isdigit() and text.isascii() else None
+
+
+def parse_epd(lines: list[str]) -> Parsed:
+    out = Parsed()
+    fens, results, index, bad = out.fens, out.results, out.index, out.bad
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.split(None, 4)
+        if len(parts) < 5:
+            bad.append((i, "truncated EPD line: expected 4 FEN fields and opcodes"))
+            continue
+        rest = parts[4]
+        hm, fm = "0", "1"
+        # Lenient: "FEN(6 fields) c9 ..." -- two bare clock numbers before the opcodes.
+        more = rest.split(None, 2)
+        if len(more) == 3 and _clock(more[0]) and _clock(more[1]):
+            hm, fm, rest = more
+        m = _EPD_C9.search(rest)
+        if m is None:
+            bad.append((i, 'no c9 result opcode (expected c9 "1-0";)'))
+            continue
+        r = EPD_RESULTS.get(m.group(1).strip())
+        if r is None:
+            bad.append((i, f'bad c9 result "{m.group(1)}" (expected "1-0", "1/2-1/2" or '
+                           '"0-1")'))
+            continue
+        for rx, name in ((_EPD_HMVC, "hmvc"), (_EPD_FMVN, "fmvn")):
+            mm = rx.search(rest)
+            if mm is not None:
+                v = _clock(mm.group(1))
+                if v is None:
+                    bad.append((i, f"bad {name} operand {mm.group(1)!r}"))
+                    break
+                if name == "hmvc":
+                    hm = v
+                else:
+                    fm = v
+        else:
+            fens.append(f"{parts[0]} {parts[1]} {parts[2]} {parts[3]} {hm} {fm}")
+            results.append(r)
+            index.append(i)
+    return out
+
+
+PARSERS = {"clockwork": parse_clockwork, "bracket": parse_bracket, "pipe": parse_pipe,
+           "epd": parse_epd}
