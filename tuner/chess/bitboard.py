@@ -1,0 +1,263 @@
+"""Bitboard primitives (njit).
+
+Squares: a1 = 0 ... h8 = 63 (``8*rank + file``); bit ``s`` of a uint64 stands for square ``s``.
+
+Everything here takes and returns ``np.uint64`` (square indices are returned as int64). Inside
+njit code, mixing uint64 with signed integers makes numba promote to float64, so every constant
+is a ``np.uint64`` and every shift count is cast explicitly.
+
+Directional shifts never wrap across board edges (spec section 1). The ``*_rel(bb, colour)``
+variants are the plain shifts for White and rotated by 180 degrees for Black
+(north <-> south, east <-> west, NE <-> SW, NW <-> SE).
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+U64 = np.uint64
+
+EMPTY = U64(0)
+ALL = U64(0xFFFFFFFFFFFFFFFF)
+FILE_A = U64(0x0101010101010101)
+FILE_H = U64(0x8080808080808080)
+NOT_FILE_A = U64(0xFEFEFEFEFEFEFEFE)
+NOT_FILE_H = U64(0x7F7F7F7F7F7F7F7F)
+NOT_FILE_AB = U64(0xFCFCFCFCFCFCFCFC)
+NOT_FILE_GH = U64(0x3F3F3F3F3F3F3F3F)
+RANK_1 = U64(0x00000000000000FF)
+RANK_8 = U64(0xFF00000000000000)
+BACK_RANKS = RANK_1 | RANK_8
+LIGHT_SQUARES = U64(0x55AA55AA55AA55AA)
+DARK_SQUARES = U64(0xAA55AA55AA55AA55)
+CENTRAL_FILES = U64(0x3C3C3C3C3C3C3C3C)
+
+_S1 = U64(1)
+_S7 = U64(7)
+_S8 = U64(8)
+_S9 = U64(9)
+
+
+# ---------------------------------------------------------------------------------------------
+# LLVM intrinsics: ctpop / cttz / ctlz on uint64 (single instructions where the CPU has them)
+
+
+@intrinsic
+def _ctpop64(typingctx, x):
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+    sig = types.uint64(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def _cttz64(typingctx, x):
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+    sig = types.uint64(x)
+
+    def codegen(context, builder, signature, args):
+        # is_zero_poison = false: cttz(0) is 64
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
+
+
+@intrinsic
+def _ctlz64(typingctx, x):
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+    sig = types.uint64(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def popcount(x):
+    """Number of set bits of a uint64 (int64 result)."""
+    return np.int64(_ctpop64(U64(x)))
+
+
+@njit(cache=True, nogil=True)
+def lsb(x):
+    """Index of the lowest set bit (64 when x == 0)."""
+    return np.int64(_cttz64(U64(x)))
+
+
+@njit(cache=True, nogil=True)
+def msb(x):
+    """Index of the highest set bit (-1 when x == 0)."""
+    return np.int64(63) - np.int64(_ctlz64(U64(x)))
+
+
+@njit(cache=True, nogil=True)
+def pop_lsb(x):
+    """x with its lowest set bit cleared."""
+    x = U64(x)
+    return x & (x - _S1)
+
+
+@njit(cache=True, nogil=True)
+def bit(sq):
+    """Bitboard with only square ``sq`` set."""
+    return _S1 << U64(sq)
+
+
+@njit(cache=True, nogil=True)
+def test_bit(bb, sq):
+    return ((U64(bb) >> U64(sq)) & _S1) != U64(0)
+
+
+@njit(cache=True, nogil=True)
+def file_of(sq):
+    return np.int64(sq) & 7
+
+
+@njit(cache=True, nogil=True)
+def rank_of(sq):
+    return np.int64(sq) >> 3
+
+
+@njit(cache=True, nogil=True)
+def relative_square(sq, colour):
+    """sq for White, sq ^ 56 (vertical mirror) for Black."""
+    return np.int64(sq) ^ (np.int64(56) * np.int64(colour))
+
+
+@njit(cache=True, nogil=True)
+def relative_rank(sq, colour):
+    return (np.int64(sq) >> 3) ^ (np.int64(7) * np.int64(colour))
+
+
+@njit(cache=True, nogil=True)
+def rank_mask(r):
+    return U64(0xFF) << U64(8 * r)
+
+
+@njit(cache=True, nogil=True)
+def file_mask(f):
+    return FILE_A << U64(f)
+
+
+@njit(cache=True, nogil=True)
+def chebyshev(a, b):
+    df = abs((np.int64(a) & 7) - (np.int64(b) & 7))
+    dr = abs((np.int64(a) >> 3) - (np.int64(b) >> 3))
+    return max(df, dr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge-safe directional shifts
+
+
+@njit(cache=True, nogil=True)
+def north(bb):
+    return U64(bb) << _S8
+
+
+@njit(cache=True, nogil=True)
+def south(bb):
+    return U64(bb) >> _S8
+
+
+@njit(cache=True, nogil=True)
+def east(bb):
+    return (U64(bb) & NOT_FILE_H) << _S1
+
+
+@njit(cache=True, nogil=True)
+def west(bb):
+    return (U64(bb) & NOT_FILE_A) >> _S1
+
+
+@njit(cache=True, nogil=True)
+def north_east(bb):
+    return (U64(bb) & NOT_FILE_H) << _S9
+
+
+@njit(cache=True, nogil=True)
+def north_west(bb):
+    return (U64(bb) & NOT_FILE_A) << _S7
+
+
+@njit(cache=True, nogil=True)
+def south_east(bb):
+    return (U64(bb) & NOT_FILE_H) >> _S7
+
+
+@njit(cache=True, nogil=True)
+def south_west(bb):
+    return (U64(bb) & NOT_FILE_A) >> _S9
+
+
+@njit(cache=True, nogil=True)
+def north_rel(bb, colour):
+    """Relative north ("forward"): north for White, south for Black."""
+    return north(bb) if colour == 0 else south(bb)
+
+
+@njit(cache=True, nogil=True)
+def south_rel(bb, colour):
+    return south(bb) if colour == 0 else north(bb)
+
+
+@njit(cache=True, nogil=True)
+def east_rel(bb, colour):
+    return east(bb) if colour == 0 else west(bb)
+
+
+@njit(cache=True, nogil=True)
+def west_rel(bb, colour):
+    return west(bb) if colour == 0 else east(bb)
+
+
+@njit(cache=True, nogil=True)
+def north_east_rel(bb, colour):
+    return north_east(bb) if colour == 0 else south_west(bb)
+
+
+@njit(cache=True, nogil=True)
+def north_west_rel(bb, colour):
+    return north_west(bb) if colour == 0 else south_east(bb)
+
+
+@njit(cache=True, nogil=True)
+def south_east_rel(bb, colour):
+    return south_east(bb) if colour == 0 else north_west(bb)
+
+
+@njit(cache=True, nogil=True)
+def south_west_rel(bb, colour):
+    return south_west(bb) if colour == 0 else north_east(bb)
+
+
+@njit(cache=True, nogil=True)
+def north_fill(bb):
+    """bb and every square north of a member (Kogge-Stone fill)."""
+    bb = U64(bb)
+    bb |= bb << _S8
+    bb |= bb << U64(16)
+    bb |= bb << U64(32)
+    return bb
+
+
+@njit(cache=True, nogil=True)
+def south_fill(bb):
+    bb = U64(bb)
+    bb |= bb >> _S8
+    bb |= bb >> U64(16)
+    bb |= bb >> U64(32)
+    return bb
+
+
+@njit(cache=True, nogil=True)
+def file_fill(bb):
+    return north_fill(bb) | south_fill(bb)
