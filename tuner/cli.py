@@ -9,6 +9,10 @@ def main() -> None:
 
 
 # --- evaluation commands (eval, export) -------------------------------------------------------
+from tuner.evals.commands import eval_cmd, export_cmd  # noqa: E402  (light: click only)
+
+main.add_command(eval_cmd)
+main.add_command(export_cmd)
 
 # --- dataset commands (convert, data stats) ---------------------------------------------------
 from tuner.data.commands import convert_cmd, data_group  # noqa: E402  (light: click only)
