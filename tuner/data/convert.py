@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import MAX_BAD_KEPT, DatasetError, format_bad_list
+from .fastscan import scan_clockwork_block
 from .fenarrow import parse_fen_array, status_text
 from .formats import DESCRIPTIONS, FORMATS, PARSERS, detect_format
 from .schema import ROW_GROUP_ROWS, output_schema
@@ -163,18 +164,14 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
                 pending_rows = rest.num_rows
 
         for p, f_fmt, fsum in zip(paths, formats, summary.files):
-            parse = PARSERS[f_fmt]
             line_base = 0
             with open(p, "rb") as f:
                 for nbytes, raw in _blocks(f, block_bytes):
                     summary.bytes_in += nbytes
                     if raw:
-                        lines = raw.decode("utf-8", "replace").split("\n")
-                        if raw.endswith(b"\n"):
-                            lines.pop()
-                        table = _convert_block(lines, parse, schema, line_base, fsum,
-                                               summary)
-                        line_base += len(lines)
+                        table, n_lines = _convert_block(raw, f_fmt, schema, line_base, fsum,
+                                                        summary)
+                        line_base += n_lines
                         if table is not None and table.num_rows:
                             pending.append(table)
                             pending_rows += table.num_rows
@@ -218,23 +215,40 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
     return summary
 
 
-def _convert_block(lines, parse, schema: pa.Schema, line_base, fsum: FileSummary,
-                   summary: ConvertSummary) -> pa.Table | None:
-    parsed = parse(lines)
-    bad = list(parsed.bad)
-    table = None
-    if parsed.fens:
+def _convert_block(raw: bytes, fmt: str, schema: pa.Schema, line_base: int,
+                   fsum: FileSummary, summary: ConvertSummary) -> tuple[pa.Table | None, int]:
+    """Parse one block of whole lines; returns (table of valid rows, number of lines)."""
+    if fmt == "clockwork":
+        n_lines, offsets, data, results, row_line, bad = scan_clockwork_block(raw)
+        n = len(results)
+        fen_arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+        res_arr = pa.array(results, type=pa.float64())
+        scores = None
+    else:
+        lines = raw.decode("utf-8", "replace").split("\n")
+        if raw.endswith(b"\n"):
+            lines.pop()
+        n_lines = len(lines)
+        parsed = PARSERS[fmt](lines)
+        bad = parsed.bad
+        n = len(parsed.fens)
+        row_line = parsed.index
         fen_arr = pa.array(parsed.fens, type=pa.string())
+        res_arr = pa.array(parsed.results, type=pa.float64())
+        scores = parsed.scores
+    table = None
+    if n:
         _, status = parse_fen_array(fen_arr)
         ok = status == 0
-        cols = [fen_arr, pa.array(parsed.results, type=pa.float64())]
+        cols = [fen_arr, res_arr]
         if "score_cp" in schema.names:
-            cols.append(pa.array(parsed.scores, type=pa.int32()) if parsed.scores is not None
-                        else pa.nulls(len(parsed.fens), pa.int32()))
+            cols.append(pa.array(scores, type=pa.int32()) if scores is not None
+                        else pa.nulls(n, pa.int32()))
         table = pa.Table.from_arrays(cols, schema=schema)
         if not ok.all():
+            bad = list(bad)
             for j in np.flatnonzero(~ok):
-                bad.append((parsed.index[j], status_text(status[j])))
+                bad.append((int(row_line[j]), status_text(status[j])))
             table = table.filter(pa.array(ok))
         fsum.rows += table.num_rows
     if bad:
@@ -243,4 +257,4 @@ def _convert_block(lines, parse, schema: pa.Schema, line_base, fsum: FileSummary
         room = MAX_BAD_KEPT - len(summary.bad)
         for i, reason in bad[:max(room, 0)]:
             summary.bad.append(f"{fsum.path}:{line_base + i + 1}: {reason}")
-    return table
+    return table, n_lines

@@ -91,15 +91,20 @@ def _int_column(arr: pa.Array, target: pa.DataType, col: str, source: str) -> pa
 
 
 def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
-                 with_game: bool = False, keep_row_index: bool = False,
+                 need_scores: bool = False, with_game: bool = False,
+                 keep_row_index: bool = False,
                  quiet: bool = False, batch_rows: int = BATCH_ROWS) -> Dataset:
     """Load a dataset: a registry name (see ``datasets/registry.toml``) or a Parquet path.
 
     Streams the file batch by batch, parses the FENs in bulk from the Arrow buffers, checks
-    the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0, null score_cp) are
-    dropped under ``policy="skip"`` (a count and the first few are printed to stderr unless
+    the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are dropped under ``policy="skip"`` (a count and the first few are printed to stderr unless
     ``quiet``) or make ``policy="strict"`` raise DatasetError listing them.
     Every problem with the file itself raises DatasetError naming it.
+
+    ``score_cp`` is loaded when the column exists and is not all null. When only some rows
+    have a score: with ``need_scores=False`` (default) every row is kept and ``score_cp`` is
+    None (a note is printed); with ``need_scores=True`` rows without a score are bad rows, and
+    a file without any score raises DatasetError.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
@@ -112,17 +117,28 @@ def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
         raise DatasetError(f"{source}: row count mismatch: the registry expects {entry.rows:,} "
                            f"rows, the file has {pf.metadata.num_rows:,}")
     try:
-        return _load(pf, source, policy, with_game, keep_row_index, quiet, batch_rows)
+        return _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
+                     batch_rows)
     except (pa.ArrowException, OSError) as e:
         raise DatasetError(f"{source}: corrupted Parquet file ({e})") from e
     finally:
         pf.close()
 
 
-def _load(pf, source, policy, with_game, keep_row_index, quiet, batch_rows) -> Dataset:
+def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
+          batch_rows) -> Dataset:
     present = check_schema(pf.schema_arrow, source)
     n_rows = pf.metadata.num_rows
-    with_score = present["score_cp"] and _null_count(pf, "score_cp") < n_rows
+    score_nulls = _null_count(pf, "score_cp") if present["score_cp"] else n_rows
+    with_score = score_nulls < n_rows
+    if need_scores and not with_score:
+        raise DatasetError(f"{source}: no scores (column 'score_cp' "
+                           + ("is all null)" if present["score_cp"] else "is missing)"))
+    if with_score and score_nulls and not need_scores:
+        with_score = False
+        if not quiet:
+            print(f"{source}: note: {score_nulls:,} of {n_rows:,} rows have no score_cp; "
+                  "scores not loaded (all rows kept)", file=sys.stderr)
     with_game = with_game and present["game"]
     with_ply = with_game and present["ply"]
     columns = ["fen", "result"] + ["score_cp"] * with_score + ["game"] * with_game \

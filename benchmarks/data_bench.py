@@ -1,0 +1,92 @@
+"""Dataset layer benchmark: Parquet loading and text conversion on ~1M positions.
+
+    .venv/bin/python benchmarks/data_bench.py [--rows 1000000] [--keep DIR]
+
+Builds a ~1M-row Parquet file and a ~1M-line Clockwork text file by repeating the shipped
+samples (datasets/selfplay-*.parquet, and their text export) in a temporary directory, then
+prints: load rate (positions/s), bytes per position held in memory, peak RSS growth while
+loading, and conversion rate (lines/s, MB/s). Numba compilation is excluded (a warm-up load of
+`tiny` runs first).
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner.data import convert_files, load_dataset  # noqa: E402
+
+SAMPLES = [ROOT / "datasets" / "selfplay-std.parquet", ROOT / "datasets" / "selfplay-dfrc.parquet"]
+
+
+def build_inputs(tmp: Path, rows: int) -> tuple[Path, Path]:
+    tables = [pq.read_table(p, columns=["fen", "result", "score_cp"]) for p in SAMPLES]
+    parts, n = [], 0
+    while n < rows:
+        for t in tables:
+            parts.append(t)
+            n += t.num_rows
+    table = pa.concat_tables(parts).slice(0, rows)
+    pq_path = tmp / "bench.parquet"
+    pq.write_table(table, pq_path, compression="zstd", row_group_size=131_072)
+    txt_path = tmp / "bench.txt"
+    tok = {1.0: "w", 0.5: "d", 0.0: "b"}
+    with open(txt_path, "w") as f:
+        for fen, r in zip(table.column("fen").to_pylist(), table.column("result").to_pylist()):
+            f.write(f"{fen};{tok[r]}\n")
+    return pq_path, txt_path
+
+
+def maxrss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="timed loads (best is reported)")
+    ap.add_argument("--keep", type=Path, help="build the inputs in this directory and keep them")
+    args = ap.parse_args()
+
+    load_dataset("tiny", quiet=True)  # warm-up: numba compile / cache load
+    with tempfile.TemporaryDirectory() as td:
+        tmp = args.keep or Path(td)
+        tmp.mkdir(parents=True, exist_ok=True)
+        pq_path, txt_path = build_inputs(tmp, args.rows)
+        print(f"input: {args.rows:,} rows; {pq_path.stat().st_size / 1e6:.1f} MB Parquet, "
+              f"{txt_path.stat().st_size / 1e6:.1f} MB text")
+
+        rss0 = maxrss_bytes()
+        best = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            ds = load_dataset(pq_path, quiet=True)
+            best = min(best, time.perf_counter() - t0)
+            n, held = len(ds), ds.nbytes
+            del ds
+        peak = maxrss_bytes() - rss0
+        print(f"load:    {n:,} positions in {best:.3f} s = {n / best:,.0f} positions/s (one core)")
+        print(f"memory:  {held / n:.1f} bytes/position held (positions 72 + result 8 + "
+              f"score_cp 4), {held / 1e6:.1f} MB; peak RSS growth while loading "
+              f"{peak / 1e6:.1f} MB")
+
+        out = tmp / "converted.parquet"
+        t0 = time.perf_counter()
+        s = convert_files([txt_path], out)
+        dt = time.perf_counter() - t0
+        mb = txt_path.stat().st_size / 1e6
+        print(f"convert: {s.rows:,} lines in {dt:.3f} s = {s.rows / dt:,.0f} lines/s "
+              f"({mb / dt:.1f} MB/s), output {out.stat().st_size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
