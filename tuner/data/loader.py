@@ -163,6 +163,8 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
         pos_b, status = parse_fen_array(batch.column(0))
         res_arr = batch.column(1)
         res = res_arr.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
+        res_valid = res_arr.is_valid().to_numpy(zero_copy_only=False) \
+            if res_arr.null_count else None
         res_ok = (res == 1.0) | (res == 0.5) | (res == 0.0)
         ok = (status == 0) & res_ok
         score_valid = None
@@ -183,8 +185,9 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
                 if status[i] != 0:
                     reasons.append(status_text(status[i]))
                 if not res_ok[i]:
-                    reasons.append("result is null" if np.isnan(res[i])
-                                   else f"bad result {res[i]!r} (expected 1.0, 0.5 or 0.0)")
+                    reasons.append("result is null" if res_valid is not None and not res_valid[i]
+                                   else f"bad result {float(res[i])!r} (expected 1.0, 0.5 or "
+                                        "0.0)")
                 if score_valid is not None and not score_valid[i]:
                     reasons.append("score_cp is null")
                 bad_rows.append(BadRow(start + int(i), "; ".join(reasons)))
