@@ -203,3 +203,26 @@ def test_progress_callback(tmp_path):
     seen = []
     convert_files([src, src], tmp_path / "o.parquet", progress=seen.append, block_bytes=10_000)
     assert sum(seen) == 2 * src.stat().st_size and len(seen) > 2
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "bz2", "lz4"])
+def test_compressed_inputs(tmp_path, codec):
+    import pyarrow as pa
+    raw = TINY_TXT.read_bytes()
+    src = tmp_path / f"in.{codec}.txt"
+    with pa.CompressedOutputStream(str(src), codec) as f:
+        f.write(raw)
+    seen = []
+    s = convert_files([src], tmp_path / "o.parquet", progress=seen.append, block_bytes=50_000)
+    assert s.rows == 4000 and s.n_bad == 0 and s.files[0].format == "clockwork"
+    assert sum(seen) == src.stat().st_size
+    plain = load_dataset(ROOT / "datasets" / "tiny.parquet")
+    assert (load_dataset(tmp_path / "o.parquet").positions == plain.positions).all()
+    # a damaged compressed stream is an error naming the file, and leaves nothing behind
+    b = bytearray(src.read_bytes())
+    del b[len(b) // 2:]
+    b += b"\x00" * 64
+    src.write_bytes(bytes(b))
+    with pytest.raises(DatasetError, match=f"{src.name}: cannot decompress"):
+        convert_files([src], tmp_path / "o2.parquet", block_bytes=50_000)
+    assert only_output_files(tmp_path) == ["o.parquet"]

@@ -54,7 +54,8 @@ def convert_cmd(inputs, output, fmt, policy, progress):
 
     Bad lines are reported as file:line: reason. The output gets the columns fen (string),
     result (double, White's point of view) and, for the pipe format, score_cp (int32),
-    zstd-compressed in row groups of 131,072 rows.
+    zstd-compressed in row groups of 131,072 rows. Inputs may be gzip/zstd/bz2/lz4
+    compressed (detected from their first bytes).
     """
     from .convert import convert_files
     from .errors import DatasetError

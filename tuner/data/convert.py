@@ -5,6 +5,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -43,13 +44,51 @@ class ConvertSummary:
     bytes_in: int = 0
 
 
+#: Compressed inputs, recognised by their magic bytes, decompressed on the fly by pyarrow.
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"),
+          (b"\x04\x22\x4d\x18", "lz4"))
+
+
+def compression_of(path: Path) -> str | None:
+    """``gzip``, ``zstd``, ``bz2``, ``lz4`` (frame) or None, from the file's first bytes."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
+
+
+@contextmanager
+def open_input(path: Path):
+    """(read(n) -> bytes, raw_position() -> int) for a plain or compressed text file.
+    Decompression errors become DatasetError naming the file."""
+    comp = compression_of(path)
+    raw = open(path, "rb")
+    try:
+        if comp is None:
+            yield raw.read, raw.tell
+            return
+        stream = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), comp)
+
+        def read(n: int) -> bytes:
+            try:
+                return stream.read(n)
+            except (pa.ArrowException, OSError, EOFError) as e:
+                raise DatasetError(f"{path}: cannot decompress ({comp}): {e}") from e
+
+        yield read, raw.tell
+    finally:
+        raw.close()
+
+
 def _sample_lines(path: Path) -> tuple[list[str], bool]:
     """The first non-blank lines of ``path`` (for detection), and whether the file is empty
     (no non-blank line at all)."""
-    with open(path, "rb") as f:
-        head = f.read(DETECT_BYTES)
+    with open_input(path) as (read, _):
+        head = read(DETECT_BYTES)
         if not head.strip():
-            while block := f.read(BLOCK_BYTES):
+            while block := read(BLOCK_BYTES):
                 if block.strip():
                     break
             else:
@@ -78,23 +117,26 @@ def resolve_format(path: Path, fmt: str) -> str:
     return name
 
 
-def _blocks(f, block_bytes: int):
-    """Yield (bytes consumed, text block of whole lines)."""
+def _blocks(read, tell, block_bytes: int):
+    """Yield (input bytes consumed, block of whole lines)."""
     carry = b""
+    pos = tell()
     while True:
-        chunk = f.read(block_bytes)
+        chunk = read(block_bytes)
+        now = tell()
+        consumed, pos = now - pos, now
         if not chunk:
-            if carry:
-                yield 0, carry
+            if carry or consumed:
+                yield consumed, carry
             return
         data = carry + chunk
         cut = data.rfind(b"\n")
         if cut < 0:
             carry = data
-            yield len(chunk), b""
+            yield consumed, b""
             continue
         carry = data[cut + 1:]
-        yield len(chunk), data[:cut + 1]
+        yield consumed, data[:cut + 1]
 
 
 def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
@@ -165,8 +207,8 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
 
         for p, f_fmt, fsum in zip(paths, formats, summary.files):
             line_base = 0
-            with open(p, "rb") as f:
-                for nbytes, raw in _blocks(f, block_bytes):
+            with open_input(p) as (read, tell):
+                for nbytes, raw in _blocks(read, tell, block_bytes):
                     summary.bytes_in += nbytes
                     if raw:
                         table, n_lines = _convert_block(raw, f_fmt, schema, line_base, fsum,
