@@ -362,3 +362,58 @@ def attacker_counts(pos, out):
                                  | (((b3 >> sh) & _ONE) << U64(3))
                                  | (((b4 >> sh) & _ONE) << U64(4)))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# batch helpers (Python entry points over njit loops)
+
+
+@njit(cache=True, nogil=True)
+def _piece_attack_table_core(positions, out):
+    for i in range(positions.shape[0]):
+        pos = positions[i]
+        for s in range(64):
+            out[i, s] = U64(0)
+        bb = pos[W_WHITE] | pos[W_BLACK]
+        while bb != U64(0):
+            s = lsb(bb)
+            bb &= bb - _ONE
+            out[i, s] = attacks_from(pos, s)
+
+
+@njit(cache=True, nogil=True)
+def _attacker_count_table_core(positions, out):
+    for i in range(positions.shape[0]):
+        attacker_counts(positions[i], out[i])
+
+
+@njit(cache=True, nogil=True)
+def _attackers_to_table_core(positions, out):
+    for i in range(positions.shape[0]):
+        for c in range(2):
+            for s in range(64):
+                out[i, c, s] = attackers_to(positions[i], s, c)
+
+
+def piece_attack_table(positions):
+    """uint64[N, 64]: attack set of the piece on each square (0 for empty squares)."""
+    positions = np.ascontiguousarray(np.asarray(positions, dtype=np.uint64).reshape(-1, 9))
+    out = np.empty((positions.shape[0], 64), np.uint64)
+    _piece_attack_table_core(positions, out)
+    return out
+
+
+def attacker_count_table(positions):
+    """int32[N, 2, 64]: attacker_counts of every position."""
+    positions = np.ascontiguousarray(np.asarray(positions, dtype=np.uint64).reshape(-1, 9))
+    out = np.empty((positions.shape[0], 2, 64), np.int32)
+    _attacker_count_table_core(positions, out)
+    return out
+
+
+def attackers_to_table(positions):
+    """uint64[N, 2, 64]: attackers_to(pos, s, c) for every position, colour and square."""
+    positions = np.ascontiguousarray(np.asarray(positions, dtype=np.uint64).reshape(-1, 9))
+    out = np.empty((positions.shape[0], 2, 64), np.uint64)
+    _attackers_to_table_core(positions, out)
+    return out

@@ -34,7 +34,8 @@ Accepted FEN (everything else is rejected with a reason):
   consecutive digits (so every accepted placement is in canonical form); exactly one king per
   colour, at most 16 pieces per colour, no pawn on rank 1 or 8;
 * side to move: ``w`` or ``b``;
-* castling: ``-`` or 1..4 distinct characters from ``KQkqABCDEFGHabcdefgh``, at most two per colour;
+* castling: ``-`` or 1..4 distinct characters from ``KQkqABCDEFGHabcdefgh``, at most two per colour,
+  White's (upper case) before Black's (as python-chess requires);
 * en passant: ``-`` or a square on rank 6 (White to move) / rank 3 (Black to move);
 * optional half-move clock (0..100) and full-move number (1..9999), plain decimal without sign or
   leading zeros; missing clocks default to ``0 1``; no further fields.
@@ -112,6 +113,7 @@ E_CASTLE_CHAR = 30  # a = character
 E_CASTLE_DASH = 31
 E_CASTLE_DUP = 32  # a = character
 E_CASTLE_COUNT = 33  # a = colour
+E_CASTLE_ORDER = 34  # a = character (a White right after a Black one)
 E_EP_SYNTAX = 40
 E_EP_RANK = 41  # a = square, b = side to move
 E_HM_SYNTAX = 50
@@ -140,6 +142,7 @@ _FIELD_OF_CODE = {
     E_CASTLE_DASH: "castling",
     E_CASTLE_DUP: "castling",
     E_CASTLE_COUNT: "castling",
+    E_CASTLE_ORDER: "castling",
     E_EP_SYNTAX: "en passant",
     E_EP_RANK: "en passant",
     E_HM_SYNTAX: "half-move clock",
@@ -176,14 +179,16 @@ def status_reason(code):
     if kind == E_EMPTY:
         return "fen: empty string"
     if kind == E_MISSING_FIELD:
-        name = _FIELD_NAMES[a] if 0 < a < len(_FIELD_NAMES) else "field %d" % a
-        return "%s: missing (a FEN needs at least 4 fields)" % name
+        if 0 < a < len(_FIELD_NAMES):
+            return "%s: missing (a FEN needs at least 4 fields)" % _FIELD_NAMES[a]
+        return "fen: missing field (a FEN needs at least 4 fields)"
     if kind == E_EXTRA_FIELDS:
         return "extra fields: text after the full-move number (at most 6 fields)"
     if kind == E_PL_CHAR:
         return "piece placement: unknown piece letter %s in rank %d" % (_char_repr(a), b)
     if kind == E_PL_FILES:
-        return "piece placement: rank %d has %s files (expected 8)" % (a, b if b < 255 else "255+")
+        return "piece placement: rank %d has %s file%s (expected 8)" % (
+            a, b if b < 255 else "255+", "" if b == 1 else "s")
     if kind == E_PL_RANKS:
         return "piece placement: %s ranks (expected 8)" % (a if a < 255 else "255+")
     if kind == E_PL_DIGITS:
@@ -204,6 +209,8 @@ def status_reason(code):
         return "castling: duplicate %s" % _char_repr(a)
     if kind == E_CASTLE_COUNT:
         return "castling: more than 2 rights for %s" % _COLOUR_NAMES[a & 1]
+    if kind == E_CASTLE_ORDER:
+        return "castling: White's right %s after a Black right (White's come first)" % _char_repr(a)
     if kind == E_EP_SYNTAX:
         return "en passant: expected '-' or a square a1..h8"
     if kind == E_EP_RANK:
@@ -435,6 +442,7 @@ def _parse_rest(data, i, end, bbs):
         per_colour0 = 0
         per_colour1 = 0
         n = 0
+        black_seen = False
         for k in range(i, j):
             c = data[k]
             if c == 45:
@@ -446,6 +454,10 @@ def _parse_rest(data, i, end, bbs):
                 return _err(E_CASTLE_DUP, np.int64(c), 0)
             seen |= 1 << code
             colour = 0 if (code == 1 or code == 2 or (5 <= code <= 12)) else 1
+            if colour == 1:
+                black_seen = True
+            elif black_seen:
+                return _err(E_CASTLE_ORDER, np.int64(c), 0)
             if colour == 0:
                 per_colour0 += 1
                 if per_colour0 > 2:
@@ -619,6 +631,7 @@ def _detail(code, fen):
     fields = _fields(fen)
     field_index = {
         E_STM: 1, E_CASTLE_CHAR: 2, E_CASTLE_DASH: 2, E_CASTLE_DUP: 2, E_CASTLE_COUNT: 2,
+        E_CASTLE_ORDER: 2,
         E_EP_SYNTAX: 3, E_EP_RANK: 3, E_HM_SYNTAX: 4, E_HM_ZERO: 4, E_HM_RANGE: 4,
         E_FM_SYNTAX: 5, E_FM_ZERO: 5, E_FM_RANGE: 5,
     }
@@ -651,47 +664,124 @@ def parse_fen(fen):
     return out[0]
 
 
-def to_fen(pos):
-    """FEN of a packed position (always six fields)."""
-    pos = np.asarray(pos, dtype=np.uint64)
-    w = [int(x) for x in pos[:POSITION_WORDS]]
-    ranks = []
+_PIECE_CHAR_CODES = np.frombuffer(b"PNBRQKpnbrqk", dtype=np.uint8).copy()
+_CASTLE_CHAR_CODES = np.frombuffer(_CASTLE_TEXT.encode(), dtype=np.uint8).copy()
+FEN_MAX_BYTES = 96  # longest FEN to_fen can write: 71 placement + 21 other fields
+
+
+@njit(cache=True, nogil=True)
+def _write_uint(buf, k, value):
+    if value >= 10000:
+        buf[k] = 48 + (value // 10000) % 10
+        k += 1
+    if value >= 1000:
+        buf[k] = 48 + (value // 1000) % 10
+        k += 1
+    if value >= 100:
+        buf[k] = 48 + (value // 100) % 10
+        k += 1
+    if value >= 10:
+        buf[k] = 48 + (value // 10) % 10
+        k += 1
+    buf[k] = 48 + value % 10
+    return k + 1
+
+
+@njit(cache=True, nogil=True)
+def _write_fen(pos, buf, k):
+    """Write the FEN of pos into buf[k:] (at most FEN_MAX_BYTES bytes); returns the end index."""
     for r in range(7, -1, -1):
-        s = ""
         empty = 0
         for f in range(8):
-            b = 1 << (8 * r + f)
-            ch = None
+            b = U64(1) << U64(8 * r + f)
+            ch = -1
             for t in range(6):
-                if w[W_PAWN + t] & b:
-                    if w[W_WHITE] & b:
-                        ch = _PIECE_CHARS[t]
-                    elif w[W_BLACK] & b:
-                        ch = _PIECE_CHARS[6 + t]
+                if (pos[W_PAWN + t] & b) != U64(0):
+                    if (pos[W_WHITE] & b) != U64(0):
+                        ch = np.int64(_PIECE_CHAR_CODES[t])
+                    elif (pos[W_BLACK] & b) != U64(0):
+                        ch = np.int64(_PIECE_CHAR_CODES[6 + t])
                     break
-            if ch is None:
+            if ch < 0:
                 empty += 1
             else:
                 if empty:
-                    s += str(empty)
+                    buf[k] = 48 + empty
+                    k += 1
                     empty = 0
-                s += ch
+                buf[k] = ch
+                k += 1
         if empty:
-            s += str(empty)
-        ranks.append(s)
-    meta = w[W_META]
-    stm = meta & 1
-    text = (meta >> META_CASTLE_TEXT_SHIFT) & ((1 << 20) - 1)
-    castling = ""
-    while text:
-        castling += _CASTLE_TEXT[text & 31]
-        text >>= 5
-    ep_bits = (meta >> META_EP_SHIFT) & 15
-    ep = "-" if not ep_bits & 1 else "abcdefgh"[ep_bits >> 1] + ("6" if stm == 0 else "3")
-    halfmove = (meta >> META_HALFMOVE_SHIFT) & 0xFF
-    fullmove = (meta >> META_FULLMOVE_SHIFT) & 0x3FFF
-    return "%s %s %s %s %d %d" % ("/".join(ranks), "wb"[stm], castling or "-", ep, halfmove,
-                                  fullmove)
+            buf[k] = 48 + empty
+            k += 1
+        if r:
+            buf[k] = 47
+            k += 1
+    meta = pos[W_META]
+    stm = np.int64(meta & U64(1))
+    buf[k] = 32
+    buf[k + 1] = 98 if stm else 119
+    buf[k + 2] = 32
+    k += 3
+    text = (meta >> U64(META_CASTLE_TEXT_SHIFT)) & U64(0xFFFFF)
+    if text == U64(0):
+        buf[k] = 45
+        k += 1
+    while text != U64(0):
+        code = np.int64(text & U64(31))
+        buf[k] = _CASTLE_CHAR_CODES[code] if code <= 20 else 63
+        k += 1
+        text >>= U64(5)
+    buf[k] = 32
+    k += 1
+    ep_bits = np.int64((meta >> U64(META_EP_SHIFT)) & U64(15))
+    if ep_bits & 1:
+        buf[k] = 97 + (ep_bits >> 1)
+        buf[k + 1] = 51 if stm else 54
+        k += 2
+    else:
+        buf[k] = 45
+        k += 1
+    buf[k] = 32
+    k = _write_uint(buf, k + 1, np.int64((meta >> U64(META_HALFMOVE_SHIFT)) & U64(0xFF)))
+    buf[k] = 32
+    k = _write_uint(buf, k + 1, np.int64((meta >> U64(META_FULLMOVE_SHIFT)) & U64(0x3FFF)))
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _write_fens(positions, buf, offsets):
+    k = 0
+    offsets[0] = 0
+    for i in range(positions.shape[0]):
+        k = _write_fen(positions[i], buf, k)
+        offsets[i + 1] = k
+
+
+def to_fens_arrow(positions):
+    """FENs of positions[N, 9] as a pyarrow large_string array (njit writer, no Python loop)."""
+    import pyarrow as pa
+
+    positions = np.ascontiguousarray(np.asarray(positions, dtype=np.uint64).reshape(-1, POSITION_WORDS))
+    n = positions.shape[0]
+    buf = np.empty(max(n, 1) * FEN_MAX_BYTES, np.uint8)
+    offsets = np.empty(n + 1, np.int64)
+    _write_fens(positions, buf, offsets)
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets),
+                                            pa.py_buffer(buf[:offsets[-1]].copy()))
+
+
+def to_fens(positions):
+    """List of FEN strings of positions[N, 9]."""
+    return to_fens_arrow(positions).to_pylist()
+
+
+def to_fen(pos):
+    """FEN of a packed position (always six fields)."""
+    pos = np.ascontiguousarray(np.asarray(pos, dtype=np.uint64).reshape(POSITION_WORDS))
+    buf = np.empty(FEN_MAX_BYTES, np.uint8)
+    k = _write_fen(pos, buf, 0)
+    return buf[:k].tobytes().decode("ascii")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,422 @@
+"""FEN parsing: accepted syntax, error reasons, bulk/single agreement, fuzzing, round trips."""
+
+import os
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+chess = pytest.importorskip("chess")
+
+from tuner.chess import position as P  # noqa: E402
+from tuner.chess.position import (  # noqa: E402
+    POSITION_WORDS, W_META, castling_rook_file, ep_square, fullmove_number, halfmove_clock,
+    parse_fen, parse_fen_array, parse_fen_list, parse_fens, side_to_move, status_reason, to_fen,
+    to_fens)
+
+START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+DATASETS = "/work/shared/datasets"
+FIELD_NAMES = ("fen", "piece placement", "side to move", "castling", "en passant",
+               "half-move clock", "full-move number", "extra fields")
+_WS = re.compile(r"[ \t\n\r\v\f]+")
+
+EXTRA_VALID = [
+    START,
+    "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1",
+    "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2",
+    "q1brkrnb/pppppppp/2n5/8/2P5/4P3/PP1P1PPP/RBNKBNRQ w GAfd - 1 3",
+    "rqbbknnr/pp1p1ppp/4p3/2p5/8/2N4P/PPPPPPP1/RBK1QNBR w HAha - 0 3",
+    "1r2k1r1/8/8/8/8/8/8/1R2K1R1 w GBgb - 0 1",
+    "8/8/8/8/8/8/8/K6k w - -",
+    "8/8/8/8/8/8/8/K6k b - - 100 9999",
+    "QQQQQQQQ/QQQQQQQK/8/8/8/8/8/7k w - - 0 1",  # 16 white pieces: allowed
+]
+
+
+def _pool():
+    fens = list(EXTRA_VALID)
+    for name in ("selfplay-std.parquet", "selfplay-dfrc.parquet"):
+        path = os.path.join(DATASETS, name)
+        if os.path.exists(path):
+            col = pq.read_table(path, columns=["fen"]).column("fen").to_pylist()
+            fens += col[:: max(1, len(col) // 150)]
+    return fens
+
+
+POOL = _pool()
+
+
+def _canonical(fen):
+    fields = [f for f in _WS.split(fen) if f]
+    if len(fields) == 4:
+        fields += ["0", "1"]
+    elif len(fields) == 5:
+        fields += ["1"]
+    return " ".join(fields)
+
+
+def _outcome(fen):
+    try:
+        return parse_fen(fen), None
+    except ValueError as e:
+        return None, str(e)
+
+
+def _check(fens):
+    """Single and bulk parser agree on every entry; accepted FENs round-trip and python-chess
+    reads the same position; rejected ones have a "<field>: <reason>" message."""
+    positions, status = parse_fen_list(fens)
+    assert positions.shape == (len(fens), POSITION_WORDS) and positions.dtype == np.uint64
+    assert status.shape == (len(fens),) and status.dtype == np.int32
+    for i, fen in enumerate(fens):
+        if fen is None:
+            assert status[i] == P.E_NULL and not positions[i].any()
+            assert status_reason(status[i]) == "fen: null entry"
+            continue
+        pos, msg = _outcome(fen)
+        if pos is None:
+            assert status[i] != 0, fen
+            assert not positions[i].any()
+            reason = status_reason(status[i])
+            assert msg.startswith(reason), (msg, reason)
+            assert reason.split(":")[0] in FIELD_NAMES, reason
+        else:
+            assert status[i] == 0, (fen, status_reason(status[i]))
+            np.testing.assert_array_equal(positions[i], pos)
+            canon = _canonical(fen)
+            assert to_fen(pos) == canon
+            b = chess.Board(canon, chess960=True)  # our syntax is a subset of python-chess's
+            assert int(pos[0]) == b.occupied_co[chess.WHITE]
+            assert int(pos[1]) == b.occupied_co[chess.BLACK]
+            assert [int(x) for x in pos[2:8]] == [b.pawns, b.knights, b.bishops, b.rooks,
+                                                  b.queens, b.kings]
+            assert side_to_move(pos) == (0 if b.turn == chess.WHITE else 1)
+            assert ep_square(pos) == (-1 if b.ep_square is None else b.ep_square)
+            assert halfmove_clock(pos) == b.halfmove_clock
+            assert fullmove_number(pos) == b.fullmove_number
+            st_ = b.status()
+            for flag in (chess.STATUS_NO_WHITE_KING, chess.STATUS_NO_BLACK_KING,
+                         chess.STATUS_TOO_MANY_KINGS, chess.STATUS_TOO_MANY_WHITE_PIECES,
+                         chess.STATUS_TOO_MANY_BLACK_PIECES, chess.STATUS_PAWNS_ON_BACKRANK):
+                assert not st_ & flag
+    return positions, status
+
+
+# ---------------------------------------------------------------------------------------------
+# accepted inputs
+
+
+def test_valid_examples_round_trip():
+    positions, status = _check(EXTRA_VALID)
+    assert np.all(status == 0)
+
+
+def test_start_position_words():
+    pos = parse_fen(START)
+    assert pos.shape == (9,) and pos.dtype == np.uint64
+    assert int(pos[P.W_WHITE]) == 0xFFFF and int(pos[P.W_BLACK]) == 0xFFFF << 48
+    assert int(pos[P.W_PAWN]) == 0x00FF00000000FF00
+    assert int(pos[P.W_KNIGHT]) == 0x4200000000000042
+    assert int(pos[P.W_BISHOP]) == 0x2400000000000024
+    assert int(pos[P.W_ROOK]) == 0x8100000000000081
+    assert int(pos[P.W_QUEEN]) == 0x0800000000000008
+    assert int(pos[P.W_KING]) == 0x1000000000000010
+    meta = int(pos[W_META])
+    assert meta & 1 == 0
+    assert (meta >> P.META_FULLMOVE_SHIFT) & 0x3FFF == 1
+    assert [castling_rook_file(pos, c, q) for c in (0, 1) for q in (False, True)] == [7, 0, 7, 0]
+    assert meta >> 63 == 0
+    assert P.phase(pos) == 24
+
+
+def test_missing_clocks_default():
+    pos = parse_fen("8/8/8/8/8/8/8/K6k w - -")
+    assert halfmove_clock(pos) == 0 and fullmove_number(pos) == 1
+    assert to_fen(pos) == "8/8/8/8/8/8/8/K6k w - - 0 1"
+    pos = parse_fen("8/8/8/8/8/8/8/K6k b - - 7")
+    assert halfmove_clock(pos) == 7 and fullmove_number(pos) == 1
+    assert side_to_move(pos) == 1
+
+
+def test_whitespace_is_flexible():
+    a = parse_fen(START)
+    for variant in ("  " + START + "\n", START.replace(" ", "\t"), START.replace(" ", "  \r\n ")):
+        np.testing.assert_array_equal(parse_fen(variant), a)
+
+
+@pytest.mark.parametrize("fen,rights", [
+    # X-FEN K/Q = outermost rook on that side; Shredder letters name the file
+    ("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", [7, 0, 7, 0]),
+    ("1r2k1r1/8/8/8/8/8/8/1R2K1R1 w KQkq - 0 1", [6, 1, 6, 1]),
+    ("1r2k1r1/8/8/8/8/8/8/1R2K1R1 w GBgb - 0 1", [6, 1, 6, 1]),
+    ("rk5r/8/8/8/8/8/8/RK5R w HAha - 0 1", [7, 0, 7, 0]),
+    ("rk5r/8/8/8/8/8/8/RK5R w Ah - 0 1", [-1, 0, 7, -1]),
+    ("r3k1rr/8/8/8/8/8/8/R3KR1R w KQk - 0 1", [7, 0, 7, -1]),  # K -> outermost (h) rook
+    ("r3k1rr/8/8/8/8/8/8/R3KR1R w FQ - 0 1", [5, 0, -1, -1]),
+    # letters naming no rook are kept in the text but give no right
+    ("4k3/8/8/8/8/8/8/4K3 w KQkq - 0 1", [-1, -1, -1, -1]),
+    ("4k3/8/8/8/8/8/8/4K2R w KQkq - 0 1", [7, -1, -1, -1]),
+    ("4k3/8/8/8/8/8/8/R3K3 w EA - 0 1", [-1, 0, -1, -1]),
+    # king not on its back rank: no rights
+    ("r6r/4k3/8/8/8/8/4K3/R6R w KQkq - 0 1", [-1, -1, -1, -1]),
+])
+def test_castling_rook_files(fen, rights):
+    pos = parse_fen(fen)
+    assert [castling_rook_file(pos, c, q) for c in (0, 1) for q in (False, True)] == rights
+    assert to_fen(pos) == fen
+    # the same rights as python-chess's cleaned castling rights
+    b = chess.Board(fen, chess960=True)
+    want = set(chess.scan_forward(b.clean_castling_rights()))
+    got = {(0 if c == 0 else 56) + f for c in (0, 1) for q in (False, True)
+           for f in [castling_rook_file(pos, c, q)] if f >= 0}
+    assert got == want
+
+
+def test_en_passant_round_trip():
+    pos = parse_fen("rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2")
+    assert ep_square(pos) == chess.D6
+    pos = parse_fen("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1")
+    assert ep_square(pos) == chess.E3
+
+
+# ---------------------------------------------------------------------------------------------
+# rejected inputs: field and reason
+
+BASE = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR"
+BAD = [
+    ("", "fen: empty string"),
+    ("   \t ", "fen: empty string"),
+    (BASE, "side to move: missing"),
+    (BASE + " w", "castling: missing"),
+    (BASE + " w KQkq", "en passant: missing"),
+    ("rnbqkbnr/ppppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1",
+     "piece placement: rank 7 has 9 files (expected 8): 'ppppppppp'"),
+    ("rnbqkbnr/ppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: rank 7 has 7 files"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBN7 w - - 0 1", "piece placement: rank 1 has 14 files"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w - - 0 1", "piece placement: 7 ranks (expected 8)"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: 9 ranks"),
+    ("/rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBN w - - 0 1", "piece placement: rank 8 has 0 files"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR/ w - - 0 1", "piece placement: 9 ranks"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPxPPP/RNBQKBNR w - - 0 1",
+     "piece placement: unknown piece letter 'x' in rank 2"),
+    ("rnbqkbnr/pppppppp/8/8/8/9/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: unknown piece letter '9'"),
+    ("rnbqkbnr/pppppppp/8/8/8/08/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: unknown piece letter '0'"),
+    ("rnbqkbnr/pppppppp/8/8/8/44/PPPPPPPP/RNBQKBNR w - - 0 1",
+     "piece placement: two consecutive digits in rank 3"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQ1BNR w - - 0 1", "piece placement: White has 0 kings"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBKKBNR w - - 0 1", "piece placement: White has 2 kings"),
+    ("rnbkkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: Black has 2 kings"),
+    ("rnbqkbnr/pppppppp/8/8/8/P7/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: White has 17 pieces"),
+    ("pnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1", "piece placement: pawn on a8"),
+    ("4k3/8/8/8/8/8/8/4K2p w - - 0 1", "piece placement: pawn on h1"),
+    (BASE + " W - - 0 1", "side to move: expected 'w' or 'b': 'W'"),
+    (BASE + " wb - - 0 1", "side to move: expected 'w' or 'b'"),
+    (BASE + " - - - 0 1", "side to move: expected 'w' or 'b'"),
+    (BASE + " w KQkx - 0 1", "castling: invalid character 'x'"),
+    (BASE + " w K-q - 0 1", "castling: '-' must stand alone"),
+    (BASE + " w -- - 0 1", "castling: '-' must stand alone"),
+    (BASE + " w KK - 0 1", "castling: duplicate 'K'"),
+    (BASE + " w KQH - 0 1", "castling: more than 2 rights for White"),
+    (BASE + " w kqKQ - 0 1", "castling: White's right 'K' after a Black right"),
+    (BASE + " w KQkq e4 0 1", "en passant: e4 is not on rank 6 (White to move)"),
+    (BASE + " b KQkq e6 0 1", "en passant: e6 is not on rank 3 (Black to move)"),
+    (BASE + " w KQkq e9 0 1", "en passant: expected '-' or a square"),
+    (BASE + " w KQkq i6 0 1", "en passant: expected '-' or a square"),
+    (BASE + " w KQkq E6 0 1", "en passant: expected '-' or a square"),
+    (BASE + " w KQkq e66 0 1", "en passant: expected '-' or a square"),
+    (BASE + " w KQkq - -1 1", "half-move clock: not a non-negative decimal integer: '-1'"),
+    (BASE + " w KQkq - 1.5 1", "half-move clock: not a non-negative decimal integer"),
+    (BASE + " w KQkq - 101 1", "half-move clock: 101 exceeds 100"),
+    (BASE + " w KQkq - 99999999999999999999 1", "half-move clock: a number >= 8388607 exceeds 100"),
+    (BASE + " w KQkq - 05 1", "half-move clock: leading zero"),
+    (BASE + " w KQkq - 0 0", "full-move number: leading zero or 0"),
+    (BASE + " w KQkq - 0 01", "full-move number: leading zero or 0"),
+    (BASE + " w KQkq - 0 10000", "full-move number: 10000 is outside 1..9999"),
+    (BASE + " w KQkq - 0 +1", "full-move number: not a positive decimal integer"),
+    (BASE + " w KQkq - 0 1 x", "extra fields: text after the full-move number (at most 6 fields): 'x'"),
+    (BASE + " w KQkq - 0 1 ;w", "extra fields"),
+    (BASE + " w KQkq - 0 1 0", "extra fields"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR\xa0w - - 0 1", "piece placement: unknown piece letter byte 0xc2"),
+    ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w - - 0 1\x00", "full-move number: not a positive"),
+]
+
+
+@pytest.mark.parametrize("fen,message", BAD)
+def test_rejections(fen, message):
+    with pytest.raises(ValueError) as info:
+        parse_fen(fen)
+    assert str(info.value).startswith(message), str(info.value)
+    positions, status = parse_fen_list([fen])
+    assert status[0] != 0 and not positions[0].any()
+    assert str(info.value).startswith(status_reason(status[0]))
+
+
+def test_status_codes_are_distinct_and_described():
+    codes = [getattr(P, n) for n in dir(P) if n.startswith("E_")]
+    assert len(codes) == len(set(codes))
+    for c in codes:
+        assert status_reason(c).split(":")[0] in FIELD_NAMES
+    assert status_reason(0) == "ok"
+    assert "unknown status" in status_reason(255)
+
+
+def test_python_chess_rejects_what_we_reject_for_board_rules():
+    """Where the rules coincide (king counts, >16 pieces, pawns on back ranks) python-chess's
+    status() flags the same positions."""
+    rng = np.random.default_rng(3)
+    letters = "PNBRQKpnbrqk"
+    n_checked = 0
+    for trial in range(3000):
+        b = chess.Board(None)
+        n = int(rng.integers(0, 40))
+        for s in rng.choice(64, size=n, replace=False):
+            sym = letters[int(rng.integers(0, 12))]
+            b.set_piece_at(int(s), chess.Piece.from_symbol(sym))
+        if trial % 2:  # make most of them near-valid
+            for colour in (chess.WHITE, chess.BLACK):
+                for s in list(b.pieces(chess.KING, colour))[1:]:
+                    b.remove_piece_at(s)
+                if not b.pieces(chess.KING, colour):
+                    empty = [s for s in range(64) if b.piece_at(s) is None]
+                    b.set_piece_at(empty[int(rng.integers(len(empty)))], chess.Piece(chess.KING, colour))
+        fen = b.board_fen() + " w - - 0 1"
+        flags = (chess.STATUS_NO_WHITE_KING | chess.STATUS_NO_BLACK_KING | chess.STATUS_TOO_MANY_KINGS
+                 | chess.STATUS_TOO_MANY_WHITE_PIECES | chess.STATUS_TOO_MANY_BLACK_PIECES
+                 | chess.STATUS_PAWNS_ON_BACKRANK | chess.STATUS_EMPTY)
+        pc_ok = not (b.status() & flags)
+        ours_ok = _outcome(fen)[0] is not None
+        assert pc_ok == ours_ok, (fen, b.status())
+        n_checked += ours_ok
+    assert n_checked > 300  # both outcomes are well represented
+
+
+# ---------------------------------------------------------------------------------------------
+# bulk parser
+
+
+def test_bulk_matches_single_on_pool():
+    positions, status = _check(POOL + [b for b, _ in BAD] + [None, ""])
+    assert np.count_nonzero(status == 0) == len(POOL)
+
+
+def test_parse_fens_buffers_int32_int64_and_slices():
+    fens = POOL[:50] + ["bad fen", "", None, START]
+    arr = pa.array(fens, type=pa.string())
+    p1, s1 = parse_fen_array(arr)
+    p2, s2 = parse_fen_array(arr.cast(pa.large_string()))
+    np.testing.assert_array_equal(p1, p2)
+    np.testing.assert_array_equal(s1, s2)
+    # raw buffers, int32 and int64 offsets
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+    p3, s3 = parse_fens(offs, data)
+    p4, s4 = parse_fens(offs.astype(np.int64), data)
+    np.testing.assert_array_equal(p3, p4)
+    np.testing.assert_array_equal(s3, s4)
+    valid = np.array([f is not None for f in fens])
+    np.testing.assert_array_equal(p3[valid], p1[valid])
+    np.testing.assert_array_equal(s3[valid], s1[valid])
+    assert s1[fens.index(None)] == P.E_NULL
+    # sliced and chunked arrays
+    ps, ss = parse_fen_array(arr.slice(7, 20))
+    np.testing.assert_array_equal(ps, p1[7:27])
+    np.testing.assert_array_equal(ss, s1[7:27])
+    chunked = pa.chunked_array([arr.slice(0, 10), arr.slice(10)])
+    pc, sc = parse_fen_array(chunked)
+    np.testing.assert_array_equal(pc, p1)
+    np.testing.assert_array_equal(sc, s1)
+    # empty inputs
+    pe, se = parse_fens(np.zeros(1, np.int32), np.zeros(0, np.uint8))
+    assert pe.shape == (0, 9) and se.shape == (0,)
+    pe, se = parse_fen_list([])
+    assert pe.shape == (0, 9) and se.shape == (0,)
+    with pytest.raises(TypeError):
+        parse_fens(np.zeros(2, np.float64), data)
+    with pytest.raises(ValueError):
+        parse_fens(np.array([0, 10**6], np.int64), data)
+
+
+def test_to_fens_matches_to_fen():
+    positions, status = parse_fen_list(POOL)
+    assert to_fens(positions) == [to_fen(p) for p in positions] == [_canonical(f) for f in POOL]
+
+
+# ---------------------------------------------------------------------------------------------
+# fuzzing
+
+FEN_ALPHABET = "KQRBNPkqrbnp12345678/ wb-ABCDEFGHabcdefgh0123456789\t"
+HYP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+PIECE_LETTERS = "KQRBNPkqrbnp"
+TOKENS = ["w", "b", "-", "KQkq", "HAha", "GAfd", "Kk", "kK", "KQH", "Bb", "e3", "e6", "a1", "h6",
+          "0", "1", "100", "101", "05", "9999", "10000", "x", "", "-1", "K-"]
+
+
+def _mutate(fen, ops):
+    """Apply edits: 0 delete a char, 1 insert, 2 replace, 3 swap two fields, 4 replace a piece
+    letter by another (keeps the syntax valid, may break king counts / pawn ranks), 5 replace a
+    field after the placement by a token, 6 drop the last field."""
+    s = list(fen)
+    for kind, pos, ch in ops:
+        if not s:
+            s = [ch]
+            continue
+        if kind <= 2:
+            i = pos % (len(s) + (1 if kind == 1 else 0))
+            if kind == 0:
+                del s[i]
+            elif kind == 1:
+                s.insert(i, ch)
+            else:
+                s[i] = ch
+            continue
+        if kind == 4:
+            letters = [i for i, c in enumerate(s) if c in PIECE_LETTERS]
+            if letters:
+                s[letters[pos % len(letters)]] = PIECE_LETTERS[pos % 12]
+            continue
+        fields = "".join(s).split(" ")
+        if kind == 3 and len(fields) > 1:
+            j = pos % len(fields)
+            k = (j + 1) % len(fields)
+            fields[j], fields[k] = fields[k], fields[j]
+        elif kind == 5 and len(fields) > 1:
+            fields[1 + pos % (len(fields) - 1)] = TOKENS[pos % len(TOKENS)]
+        elif kind == 6 and len(fields) > 1:
+            fields.pop()
+        s = list(" ".join(fields))
+    return "".join(s)
+
+
+mutation = st.tuples(st.integers(0, 6), st.integers(0, 200), st.sampled_from(FEN_ALPHABET))
+mutated_fens = st.builds(_mutate, st.sampled_from(POOL), st.lists(mutation, min_size=1, max_size=3))
+
+
+@HYP
+@given(st.text())
+def test_fuzz_random_text(s):
+    _check([s])
+
+
+@HYP
+@given(st.text(alphabet=FEN_ALPHABET, max_size=90))
+def test_fuzz_fen_alphabet(s):
+    _check([s])
+
+
+@HYP
+@given(mutated_fens)
+def test_fuzz_mutated_valid_fens(s):
+    _check([s])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(mutated_fens, st.sampled_from(POOL), st.text(max_size=30), st.none()),
+                max_size=40))
+def test_fuzz_bulk_lists(fens):
+    _check(fens)
