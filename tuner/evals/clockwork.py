@@ -16,9 +16,11 @@ vertically (a byte swap), so "forward" is always north and every relative rank i
 features are invariant under that mirror (square colour flips for both the bishop and the pawns; the
 absolute-north "doubled" count and west-neighbour "phalanx" are mirror-symmetric), and the PSQT index
 ``sq_rel ^ 56`` equals the spec's ``s ^ 56`` for White and ``s`` for Black. Attacks of every piece are
-computed once; the full attacker counts of spec section 4.2 are kept set-wise as a 5-plane bit-sliced
-counter per side, so "cnt_us(q) > cnt_them(q)" for every square is a handful of bitwise operations.
-Nothing allocates per position.
+computed once. The full attacker counts of spec section 4.2 are only needed at the push squares of
+passed pawns, so they are computed there, looking outward from the square (the attack relation is
+symmetric): a few lookups per passed pawn instead of a 2x64 table per position. Counts that are often
+zero (threats, outposts, ...) are only added when non-zero, so they never reach the tape. Nothing
+allocates per position.
 """
 from __future__ import annotations
 
@@ -172,36 +174,31 @@ def _file_fill(bb):
 
 
 @njit(**INLINE)
-def _cadd(c0, c1, c2, c3, c4, a):
-    """Add the 0/1 set `a` to the bit-sliced per-square counter (c0 = least significant plane)."""
-    t = c0 & a
-    c0 ^= a
-    a = t
-    t = c1 & a
-    c1 ^= a
-    a = t
-    t = c2 & a
-    c2 ^= a
-    a = t
-    t = c3 & a
-    c3 ^= a
-    c4 ^= t
-    return c0, c1, c2, c3, c4
+def _attackers(q, occ, P, N, B, R, Q, K):
+    """Number of pieces of the side that moves north (pawns P, ...) attacking square q: the
+    attack relation is symmetric, so look from q (a slider reaches q iff q reaches it)."""
+    b = _1 << U64(q)
+    pawn_src = ((b & _NOT_A) >> _9) | ((b & _NOT_H) >> _7)
+    return (popcount(pawn_src & P) + popcount(knight_attacks(q) & N)
+            + popcount(bishop_attacks(q, occ) & (B | Q)) + popcount(rook_attacks(q, occ) & (R | Q))
+            + popcount(king_attacks(q) & K))
 
 
 @njit(**INLINE)
-def _greater(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
-    """Set of squares where counter a > counter b (5-bit unsigned compare, bit-sliced)."""
-    gt = a4 & ~b4
-    eq = ~(a4 ^ b4)
-    gt |= eq & a3 & ~b3
-    eq &= ~(a3 ^ b3)
-    gt |= eq & a2 & ~b2
-    eq &= ~(a2 ^ b2)
-    gt |= eq & a1 & ~b1
-    eq &= ~(a1 ^ b1)
-    gt |= eq & a0 & ~b0
-    return gt
+def _attackers_south(q, occ, P, N, B, R, Q, K):
+    """Same for the side that moves south (the opponent, seen from our frame)."""
+    b = _1 << U64(q)
+    pawn_src = ((b & _NOT_A) << _7) | ((b & _NOT_H) << _9)
+    return (popcount(pawn_src & P) + popcount(knight_attacks(q) & N)
+            + popcount(bishop_attacks(q, occ) & (B | Q)) + popcount(rook_attacks(q, occ) & (R | Q))
+            + popcount(king_attacks(q) & K))
+
+
+@njit(**INLINE)
+def _add(acc, index, coef):
+    """lin_add for counts that are often zero: skip them, so they never reach the tape."""
+    if coef != 0:
+        lin_add(acc, index, coef)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +215,6 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     oksq = lsb(oK) & 63
 
     pa = ((P & _NOT_H) << _9) | ((P & _NOT_A) << _7)          # our pawn attacks
-    pa_e = (P & _NOT_H) << _9
-    pa_w = (P & _NOT_A) << _7
     opa = ((oP & _NOT_A) >> _9) | ((oP & _NOT_H) >> _7)       # their pawn attacks
     blocked = P & (occ >> _8)
     mob_mask = ~(blocked | (P & _RANKS_2_3) | opa)
@@ -231,8 +226,6 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     # PSQT (mirrored when our own king is on files e..h), row 0 = our 8th rank.
     x = np.int64(56) ^ (np.int64(7) * np.int64((ksq & 7) >= 4))
 
-    c0, c1, c2, c3, c4 = _cadd(_0, _0, _0, _0, _0, pa_e)
-    c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, pa_w)
 
     bb = P
     while bb:
@@ -249,7 +242,6 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         bb &= bb - _1
         a = knight_attacks(s)
         att_n |= a
-        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
         lin_add(acc, KNIGHT_PSQT + (s ^ x), sign)
         lin_add(acc, KNIGHT_MOBILITY + popcount(a & mob_mask), sign)
         lin_add(acc, KNIGHT_KING_RING + popcount(a & ring), sign)
@@ -265,21 +257,19 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         bb &= bb - _1
         a = bishop_attacks(s, occ)
         att_b |= a
-        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
         lin_add(acc, BISHOP_PSQT + (s ^ x), sign)
         lin_add(acc, BISHOP_MOBILITY + popcount(a & mob_mask), sign)
         lin_add(acc, BISHOP_KING_RING + popcount(a & ring), sign)
         checkers += popcount(a & chk_d)
         light = _bit(_LIGHT, s)
         n = light * n_light + (1 - light) * n_dark
-        lin_add(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
+        _add(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
 
     bb = R
     while bb:
         s = lsb(bb)
         bb &= bb - _1
         a = rook_attacks(s, occ)
-        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
         lin_add(acc, ROOK_PSQT + (s ^ x), sign)
         lin_add(acc, ROOK_MOBILITY + popcount(a & mob_mask), sign)
         lin_add(acc, ROOK_KING_RING + popcount(a & ring), sign)
@@ -290,61 +280,60 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         s = lsb(bb)
         bb &= bb - _1
         a = rook_attacks(s, occ) | bishop_attacks(s, occ)
-        c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
         lin_add(acc, QUEEN_PSQT + (s ^ x), sign)
         lin_add(acc, QUEEN_MOBILITY + popcount(a & mob_mask), sign)
         lin_add(acc, QUEEN_KING_RING + popcount(a & ring), sign)
         checkers += popcount(a & (chk_o | chk_d))
 
     a = king_attacks(ksq)
-    c0, c1, c2, c3, c4 = _cadd(c0, c1, c2, c3, c4, a)
     lin_add(acc, KING_PSQT + (ksq ^ x), sign)
     lin_add(acc, KING_MOBILITY + popcount(a & mob_mask), sign)
 
-    lin_add(acc, BISHOP_PAIR_VAL, sign * np.int64(popcount(B) >= 2))
+    _add(acc, BISHOP_PAIR_VAL, sign * np.int64(popcount(B) >= 2))
 
     # Threats (set intersections: each attacked piece once per term).
-    lin_add(acc, PAWN_THREAT_KNIGHT, sign * popcount(pa & oN))
-    lin_add(acc, PAWN_THREAT_BISHOP, sign * popcount(pa & oB))
-    lin_add(acc, PAWN_THREAT_ROOK, sign * popcount(pa & oR))
-    lin_add(acc, PAWN_THREAT_QUEEN, sign * popcount(pa & oQ))
-    lin_add(acc, KNIGHT_THREAT_BISHOP, sign * popcount(att_n & oB))
-    lin_add(acc, KNIGHT_THREAT_ROOK, sign * popcount(att_n & oR))
-    lin_add(acc, KNIGHT_THREAT_QUEEN, sign * popcount(att_n & oQ))
-    lin_add(acc, BISHOP_THREAT_KNIGHT, sign * popcount(att_b & oN))
-    lin_add(acc, BISHOP_THREAT_ROOK, sign * popcount(att_b & oR))
-    lin_add(acc, BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
+    _add(acc, PAWN_THREAT_KNIGHT, sign * popcount(pa & oN))
+    _add(acc, PAWN_THREAT_BISHOP, sign * popcount(pa & oB))
+    _add(acc, PAWN_THREAT_ROOK, sign * popcount(pa & oR))
+    _add(acc, PAWN_THREAT_QUEEN, sign * popcount(pa & oQ))
+    _add(acc, KNIGHT_THREAT_BISHOP, sign * popcount(att_n & oB))
+    _add(acc, KNIGHT_THREAT_ROOK, sign * popcount(att_n & oR))
+    _add(acc, KNIGHT_THREAT_QUEEN, sign * popcount(att_n & oQ))
+    _add(acc, BISHOP_THREAT_KNIGHT, sign * popcount(att_b & oN))
+    _add(acc, BISHOP_THREAT_ROOK, sign * popcount(att_b & oR))
+    _add(acc, BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
 
     # Pawn push threats: single pushes to empty squares, then the pushed pawn's attacks.
     pushed = (P << _8) & ~occ
     t = ((pushed & _NOT_H) << _9) | ((pushed & _NOT_A) << _7)
-    lin_add(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
-    lin_add(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
-    lin_add(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
-    lin_add(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
+    _add(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
+    _add(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
+    _add(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
+    _add(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
 
     # Rook files.
     own_files = _file_fill(P)
     their_files = _file_fill(oP)
-    lin_add(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
-    lin_add(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
+    _add(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
+    _add(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
 
     # Outposts (current enemy pawn attacks only).
     viable = _RANKS_4_6 & pa & ~opa
-    lin_add(acc, OUTPOST_KNIGHT_VAL, sign * popcount(N & viable))
-    lin_add(acc, OUTPOST_BISHOP_VAL, sign * popcount(B & viable))
+    _add(acc, OUTPOST_KNIGHT_VAL, sign * popcount(N & viable))
+    _add(acc, OUTPOST_BISHOP_VAL, sign * popcount(B & viable))
 
-    return checkers, c0, c1, c2, c3, c4
+    return checkers
 
 
 @njit(**INLINE)
-def _pawns(acc, sign, P, oP, K, oK, occ, push_defended):
+def _pawns(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     """Doubled, passed (with push/blocked/king-distance terms), phalanx and defended pawns of one
-    side in its own frame. `push_defended`: squares where our attacker count beats theirs."""
+    side in its own frame."""
+    occ = P | N | B | R | Q | K | oP | oN | oB | oR | oQ | oK
     ksq = lsb(K) & 63
     oksq = lsb(oK) & 63
 
-    lin_add(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
+    _add(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
 
     span = _south_fill(oP >> _8)
     span |= ((span & _NOT_H) << _1) | ((span & _NOT_A) >> _1)
@@ -355,8 +344,10 @@ def _pawns(acc, sign, P, oP, K, oK, occ, push_defended):
         i = (s >> 3) - 1
         q = s + 8
         lin_add(acc, PASSED_PAWN + i, sign)
-        lin_add(acc, DEFENDED_PASSED_PUSH + i, sign * _bit(push_defended, q))
-        lin_add(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
+        defended = (_attackers(q, occ, P, N, B, R, Q, K)
+                    > _attackers_south(q, occ, oP, oN, oB, oR, oQ, oK))
+        _add(acc, DEFENDED_PASSED_PUSH + i, sign * np.int64(defended))
+        _add(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
         lin_add(acc, FRIENDLY_KING_PASSED_PAWN_DISTANCE + _dist(ksq, s), sign)
         lin_add(acc, ENEMY_KING_PASSED_PAWN_DISTANCE + _dist(oksq, s), sign)
 
@@ -395,25 +386,22 @@ def features(pos, acc):
     bP, bN, bB, bR, bQ, bK = _flip(aP), _flip(aN), _flip(aB), _flip(aR), _flip(aQ), _flip(aK)
     vP, vN, vB, vR, vQ, vK = _flip(wP), _flip(wN), _flip(wB), _flip(wR), _flip(wQ), _flip(wK)
 
-    lin_add(acc, PAWN_MAT, popcount(wP) - popcount(aP))
-    lin_add(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))
-    lin_add(acc, BISHOP_MAT, popcount(wB) - popcount(aB))
-    lin_add(acc, ROOK_MAT, popcount(wR) - popcount(aR))
-    lin_add(acc, QUEEN_MAT, popcount(wQ) - popcount(aQ))
+    _add(acc, PAWN_MAT, popcount(wP) - popcount(aP))
+    _add(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))
+    _add(acc, BISHOP_MAT, popcount(wB) - popcount(aB))
+    _add(acc, ROOK_MAT, popcount(wR) - popcount(aR))
+    _add(acc, QUEEN_MAT, popcount(wQ) - popcount(aQ))
     lin_add(acc, TEMPO_VAL, 1 - 2 * stm)
 
-    chk_vs_b, w0, w1, w2, w3, w4 = _pieces(acc, np.int64(1), wP, wN, wB, wR, wQ, wK,
+    chk_vs_b = _pieces(acc, np.int64(1), wP, wN, wB, wR, wQ, wK,
                                            aP, aN, aB, aR, aQ, aK)
-    chk_vs_w, b0, b1, b2, b3, b4 = _pieces(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK,
+    chk_vs_w = _pieces(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK,
                                            vP, vN, vB, vR, vQ, vK)
     # Potential checkers are a penalty for the side whose king is looked at.
-    lin_add(acc, POTENTIAL_CHECKER_VAL, chk_vs_w - chk_vs_b)
+    _add(acc, POTENTIAL_CHECKER_VAL, chk_vs_w - chk_vs_b)
 
-    occ = white | black
-    w_gt = _greater(w0, w1, w2, w3, w4, _flip(b0), _flip(b1), _flip(b2), _flip(b3), _flip(b4))
-    b_gt = _greater(b0, b1, b2, b3, b4, _flip(w0), _flip(w1), _flip(w2), _flip(w3), _flip(w4))
-    _pawns(acc, np.int64(1), wP, aP, wK, aK, occ, w_gt)
-    _pawns(acc, np.int64(-1), bP, vP, bK, vK, _flip(occ), b_gt)
+    _pawns(acc, np.int64(1), wP, wN, wB, wR, wQ, wK, aP, aN, aB, aR, aQ, aK)
+    _pawns(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK, vP, vN, vB, vR, vQ, vK)
 
     ph = (popcount(knights) + popcount(bishops) + 2 * popcount(rooks) + 4 * popcount(queens))
     return min(ph, PHASE_MAX)
