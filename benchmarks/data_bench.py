@@ -45,6 +45,28 @@ def build_inputs(tmp: Path, rows: int) -> tuple[Path, Path]:
     return pq_path, txt_path
 
 
+def other_formats(txt_path: Path) -> dict[str, Path]:
+    """The Clockwork text rewritten as bracket, pipe and epd files next to it."""
+    lines = txt_path.read_text().splitlines()
+    num = {"w": "1.0", "d": "0.5", "b": "0.0"}
+    pgn = {"w": "1-0", "d": "1/2-1/2", "b": "0-1"}
+    out = {}
+    for fmt in ("bracket", "pipe", "epd"):
+        p = txt_path.with_name(f"bench.{fmt}.txt")
+        with open(p, "w") as f:
+            for k, line in enumerate(lines):
+                fen, r = line[:-2], line[-1]
+                if fmt == "bracket":
+                    f.write(f"{fen} [{num[r]}]\n")
+                elif fmt == "pipe":
+                    f.write(f"{fen} | {k % 601 - 300} | {num[r]}\n")
+                else:
+                    x = fen.split()
+                    f.write(f'{" ".join(x[:4])} hmvc {x[4]}; fmvn {x[5]}; c9 "{pgn[r]}";\n')
+        out[fmt] = p
+    return out
+
+
 def _status_kb(key: str) -> int | None:
     try:
         for line in open("/proc/self/status"):
@@ -70,6 +92,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="timed loads (best is reported)")
     ap.add_argument("--keep", type=Path, help="build the inputs in this directory and keep them")
+    ap.add_argument("--all-formats", action="store_true",
+                    help="also time converting the same rows as bracket, pipe and epd text")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as td:
@@ -111,6 +135,13 @@ def main() -> None:
         mb = txt_path.stat().st_size / 1e6
         print(f"convert: {s.rows:,} lines in {dt:.3f} s = {s.rows / dt:,.0f} lines/s "
               f"({mb / dt:.1f} MB/s; CPU {cpu:.3f} s), output {out.stat().st_size / 1e6:.1f} MB")
+        if args.all_formats:
+            for fmt, path in other_formats(txt_path).items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                s = convert_files([path], out, fmt=fmt)
+                dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+                print(f"  {fmt:<8} {s.rows:,} lines in {dt:.3f} s = {s.rows / dt:,.0f} lines/s "
+                      f"(CPU {cpu:.3f} s = {s.rows / cpu:,.0f} lines/s)")
 
 
 if __name__ == "__main__":

@@ -211,3 +211,60 @@ def test_no_trailing_newline_and_blank_lines(tmp_path):
     src.write_text(text)
     s = convert_files([src], tmp_path / "o.parquet")
     assert s.rows == 4 and s.n_bad == 0
+
+
+# ---- the njit scanner and the reference Python parsers agree ---------------------------------
+
+def test_scanner_token_tables_match_reference():
+    from tuner.data import fastscan
+    from tuner.data.formats import BRACKET_RESULTS, PIPE_RESULTS
+    for (tab, lens, vals), ref in (((fastscan._BR_TAB, fastscan._BR_LEN, fastscan._BR_VAL),
+                                    BRACKET_RESULTS),
+                                   ((fastscan._PI_TAB, fastscan._PI_LEN, fastscan._PI_VAL),
+                                    PIPE_RESULTS)):
+        got = {bytes(t[:n]).decode(): v for t, n, v in zip(tab, lens, vals)}
+        assert got == ref
+
+
+PIECES = st.text(alphabet="rnbqkpRNBQKP12345678/ wb-", max_size=30)
+JUNK = st.text(alphabet=" \t;|[]01./-wdbx+9e", max_size=12)
+
+
+@st.composite
+def scanner_line(draw, fmt):
+    fen = draw(st.sampled_from(VALID_FENS + BAD_FENS)) if draw(st.booleans()) else draw(PIECES)
+    if fmt == "clockwork":
+        tail = ";" + draw(st.sampled_from(["w", "d", "b", " w ", "x", "", ";w"]))
+    elif fmt == "bracket":
+        tail = " [" + draw(st.sampled_from(sorted(BR_TOKENS) + ["2", " 1.0 ", "", "[1.0"])) + "]"
+    else:
+        tail = (" | " + draw(st.sampled_from(["0", "-35", "+7", "1e3", "", "x", "2147483648",
+                                               "-2147483648", "99999999999999999999"]))
+                + " | " + draw(st.sampled_from(["1.0", "0.5", "0.0", "1", "0", "0.50", "w"])))
+    mode = draw(st.sampled_from(["ok", "ok", "junk_tail", "no_tail", "prefix"]))
+    if mode == "junk_tail":
+        tail += draw(JUNK)
+    elif mode == "no_tail":
+        tail = draw(JUNK)
+    elif mode == "prefix":
+        fen = draw(JUNK) + fen
+    return draw(WS) + fen + tail + draw(WS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), fmt=st.sampled_from(["clockwork", "bracket", "pipe"]))
+def test_scanner_matches_reference_parser(data, fmt):
+    from tuner.data.fastscan import scan_block
+    from tuner.data.formats import PARSERS
+    lines = data.draw(st.lists(scanner_line(fmt), min_size=1, max_size=30))
+    raw = ("\n".join(lines) + data.draw(st.sampled_from(["", "\n"]))).encode()
+    n_lines, offsets, fdata, results, scores, row_line, bad = scan_block(raw, fmt)
+    ref = PARSERS[fmt](raw.decode().split("\n")[:n_lines])
+    assert n_lines == len(raw.decode().split("\n")) - raw.endswith(b"\n")
+    fens = [bytes(fdata[offsets[k]:offsets[k + 1]]).decode() for k in range(len(results))]
+    assert fens == ref.fens
+    assert list(results) == ref.results
+    assert list(row_line) == ref.index
+    assert bad == ref.bad
+    if fmt == "pipe":
+        assert list(scores) == ref.scores

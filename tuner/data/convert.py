@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import MAX_BAD_KEPT, DatasetError, format_bad_list
-from .fastscan import scan_clockwork_block
+from .fastscan import MODES as SCAN_MODES
+from .fastscan import scan_block
 from .fenarrow import parse_fen_array, status_text
 from .formats import DESCRIPTIONS, FORMATS, PARSERS, detect_format
 from .schema import ROW_GROUP_ROWS, output_schema
@@ -260,12 +261,13 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
 def _convert_block(raw: bytes, fmt: str, schema: pa.Schema, line_base: int,
                    fsum: FileSummary, summary: ConvertSummary) -> tuple[pa.Table | None, int]:
     """Parse one block of whole lines; returns (table of valid rows, number of lines)."""
-    if fmt == "clockwork":
-        n_lines, offsets, data, results, row_line, bad = scan_clockwork_block(raw)
+    if fmt in SCAN_MODES:
+        n_lines, offsets, data, results, scores, row_line, bad = scan_block(raw, fmt)
         n = len(results)
         fen_arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
         res_arr = pa.array(results, type=pa.float64())
-        scores = None
+        if fmt != "pipe":
+            scores = None
     else:
         lines = raw.decode("utf-8", "replace").split("\n")
         if raw.endswith(b"\n"):

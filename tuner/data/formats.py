@@ -36,6 +36,7 @@ _DETECT = {
     "pipe": re.compile(r"^[^|]+\|[^|]+\|[^|]+$"),
     "bracket": re.compile(r"\[[^\[\]]*\]\s*$"),
 }
+_INT = re.compile(r"[+-]?[0-9]+")
 _EPD_C9 = re.compile(r'(?:^|;)\s*c9\s+"([^"]*)"')
 _EPD_HMVC = re.compile(r"(?:^|;)\s*hmvc\s+(\S+?)\s*(?:;|$)")
 _EPD_FMVN = re.compile(r"(?:^|;)\s*fmvn\s+(\S+?)\s*(?:;|$)")
@@ -151,11 +152,10 @@ def parse_pipe(lines: list[str]) -> Parsed:
             continue
         fen, s, w = parts
         s = s.strip()
-        try:
-            score = int(s)
-        except ValueError:
+        if not _INT.fullmatch(s):
             bad.append((i, f"bad score {s!r} (expected an integer in centipawns)"))
             continue
+        score = int(s)
         if not INT32_MIN <= score <= INT32_MAX:
             bad.append((i, f"score {s} out of the int32 range"))
             continue
