@@ -128,7 +128,7 @@ def zero_param_grad(tape: Tape) -> None:
     tape.pair_grad[: tape.counts[C_PAIR_PARAMS]] = 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def alloc_value(tape: Tape) -> int:
     """A fresh value slot (its contents are set by the caller)."""
     i = tape.counts[C_VALUES]
@@ -138,7 +138,7 @@ def alloc_value(tape: Tape) -> int:
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def alloc_pair(tape: Tape) -> int:
     """A fresh pair slot (its contents are set by the caller)."""
     i = tape.counts[C_PAIRS]
