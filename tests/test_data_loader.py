@@ -119,6 +119,17 @@ def test_bad_rows_skip(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_no_valid_rows(tmp_path):
+    t = _bad_table()
+    bad = write(pa.table({"fen": pa.array([None, "x"], pa.string()),
+                          "result": pa.array([1.0, 0.5])}), tmp_path / "allbad.parquet")
+    with pytest.raises(DatasetError, match=r"allbad\.parquet: no valid rows \(all 2 rows"):
+        load_dataset(bad)
+    empty = write(t.slice(0, 0), tmp_path / "empty.parquet")
+    with pytest.raises(DatasetError, match=r"empty\.parquet: no valid rows \(the file is empty"):
+        load_dataset(empty)
+
+
 def test_bad_rows_strict(tmp_path):
     p = write(_bad_table(), tmp_path / "bad.parquet")
     with pytest.raises(DatasetError) as e:
@@ -293,8 +304,12 @@ def test_validity_agrees_with_python_chess(tmp_path_factory, fens):
     t = pa.table({"fen": pa.array(fens, pa.string()),
                   "result": pa.array([0.5] * len(fens), pa.float64())})
     pq.write_table(t, d / "a.parquet")
-    ds = load_dataset(d / "a.parquet", quiet=True, keep_row_index=True)
-    assert list(ds.row_index) == [k for k, v in enumerate(verdicts) if v], fens
+    if any(verdicts):
+        ds = load_dataset(d / "a.parquet", quiet=True, keep_row_index=True)
+        assert list(ds.row_index) == [k for k, v in enumerate(verdicts) if v], fens
+    else:
+        with pytest.raises(DatasetError, match="no valid rows"):
+            load_dataset(d / "a.parquet", quiet=True)
     # converter
     (d / "a.txt").write_text("".join(f"{f};d\n" for f in fens))
     if any(verdicts):

@@ -243,6 +243,14 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
         os.umask(umask)
         os.chmod(tmp_name, 0o666 & ~umask)
         os.replace(tmp_name, out)
+        try:  # make the rename durable
+            dfd = os.open(out_dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
     except BaseException:
         if writer is not None:
             try:
@@ -252,6 +260,9 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
         tmp.unlink(missing_ok=True)
         raise
     summary.seconds = time.perf_counter() - t0
+    if log is not None and with_score and any(f != "pipe" for f in formats):
+        log("note: score_cp is null for the rows of files without scores (formats other "
+            "than pipe); load_dataset keeps all rows but no scores unless need_scores=True")
     if log is not None and summary.n_bad:
         log(f"skipped {summary.n_bad:,} bad line(s):\n"
             + format_bad_list(summary.bad, summary.n_bad))

@@ -97,9 +97,10 @@ def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
     """Load a dataset: a registry name (see ``datasets/registry.toml``) or a Parquet path.
 
     Streams the file batch by batch, parses the FENs in bulk from the Arrow buffers, checks
-    the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are dropped under ``policy="skip"`` (a count and the first few are printed to stderr unless
-    ``quiet``) or make ``policy="strict"`` raise DatasetError listing them.
-    Every problem with the file itself raises DatasetError naming it.
+    the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are dropped under
+    ``policy="skip"`` (a count and the first few are printed to stderr unless ``quiet``) or
+    make ``policy="strict"`` raise DatasetError listing them. Every problem with the file
+    itself raises DatasetError naming it, and so does a file left with no valid row.
 
     ``score_cp`` is loaded when the column exists and is not all null. When only some rows
     have a score: with ``need_scores=False`` (default) every row is kept and ``score_cp`` is
@@ -220,6 +221,11 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
         if not quiet:
             print(f"{source}: skipped {n_bad:,} bad row(s) of {n_rows:,}:\n"
                   + format_bad_list(shown, n_bad), file=sys.stderr)
+    if kept == 0:
+        raise DatasetError(f"{source}: no valid rows" + (
+            f" (all {n_bad:,} rows are bad):\n" + format_bad_list(
+                [f"row {b.row}: {b.reason}" for b in bad_rows], n_bad) if n_bad else
+            " (the file is empty)"))
     if kept < n_rows:
         arrays = [positions, results, score, game, ply, row_index]
         for a in arrays:
