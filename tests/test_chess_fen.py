@@ -98,6 +98,10 @@ def _check(fens):
             assert ep_square(pos) == (-1 if b.ep_square is None else b.ep_square)
             assert halfmove_clock(pos) == b.halfmove_clock
             assert fullmove_number(pos) == b.fullmove_number
+            want = set(chess.scan_forward(b.clean_castling_rights()))
+            got = {(0 if c == 0 else 56) + f for c in (0, 1) for q in (False, True)
+                   for f in [castling_rook_file(pos, c, q)] if f >= 0}
+            assert got == want, fen
             st_ = b.status()
             for flag in (chess.STATUS_NO_WHITE_KING, chess.STATUS_NO_BLACK_KING,
                          chess.STATUS_TOO_MANY_KINGS, chess.STATUS_TOO_MANY_WHITE_PIECES,
@@ -157,6 +161,9 @@ def test_whitespace_is_flexible():
     ("rk5r/8/8/8/8/8/8/RK5R w Ah - 0 1", [-1, 0, 7, -1]),
     ("r3k1rr/8/8/8/8/8/8/R3KR1R w KQk - 0 1", [7, 0, 7, -1]),  # K -> outermost (h) rook
     ("r3k1rr/8/8/8/8/8/8/R3KR1R w FQ - 0 1", [5, 0, -1, -1]),
+    ("r3k1rr/8/8/8/8/8/8/R3KR1R w FH - 0 1", [7, -1, -1, -1]),  # same side twice: outermost
+    ("r3k1rr/8/8/8/8/8/8/R3KR1R w HF - 0 1", [7, -1, -1, -1]),
+    ("r3k1rr/8/8/8/8/8/8/RR2K2R w BA - 0 1", [-1, 0, -1, -1]),
     # letters naming no rook are kept in the text but give no right
     ("4k3/8/8/8/8/8/8/4K3 w KQkq - 0 1", [-1, -1, -1, -1]),
     ("4k3/8/8/8/8/8/8/4K2R w KQkq - 0 1", [7, -1, -1, -1]),
@@ -354,6 +361,7 @@ HYP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthChe
 
 PIECE_LETTERS = "KQRBNPkqrbnp"
 TOKENS = ["w", "b", "-", "KQkq", "HAha", "GAfd", "Kk", "kK", "KQH", "Bb", "e3", "e6", "a1", "h6",
+          "FH", "BA", "KH", "Qa", "Ek", "HBhb", "KQkq",
           "0", "1", "100", "101", "05", "9999", "10000", "x", "", "-1", "K-"]
 
 

@@ -16,7 +16,8 @@ Meta word layout (bit ranges inclusive):
                  names a rook of that colour on its back rank beside a king on the same rank (K/Q:
                  the outermost rook on that side of the king, as X-FEN and python-chess do; A..H:
                  the rook on that file). Letters that name no rook are kept in the text (below) but
-                 give no slot. If two letters resolve to the same slot the first one wins.
+                 give no slot. If two letters resolve to the same side, the outermost rook wins
+                 (so the slots always equal python-chess's ``clean_castling_rights()``).
     bits 17..36  the castling field exactly as written: up to 4 characters, 5 bits each, first
                  character in the low bits; code 0 = end, 1..4 = K Q k q, 5..12 = A..H,
                  13..20 = a..h. All zero means '-'. (This is what makes KQkq-style, Shredder-style
@@ -471,8 +472,10 @@ def _parse_rest(data, i, end, bbs):
             side, nib = _castle_slot(bbs, colour, code)
             if side >= 0:
                 shift = U64(META_CASTLE_SLOTS_SHIFT + 4 * (2 * colour + side))
-                if ((meta >> shift) & U64(15)) == U64(0):
-                    meta |= U64(nib) << shift
+                old = np.int64((meta >> shift) & U64(15))
+                # two letters for the same side: the outermost rook wins (as in python-chess)
+                if old == 0 or (side == 0 and nib > old) or (side == 1 and nib < old):
+                    meta = (meta & ~(U64(15) << shift)) | (U64(nib) << shift)
         meta |= text << U64(META_CASTLE_TEXT_SHIFT)
     i = j
 
