@@ -48,7 +48,7 @@ def _sigterm_as_exit():
               help="skip: leave bad lines out and report them; strict: any bad line fails "
                    "and nothing is written.")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bar on stderr (default: for inputs over 16 MB).")
+              help="Progress bar on stderr (default: inputs over 16 MB, stderr a terminal).")
 def convert_cmd(inputs, output, fmt, policy, progress):
     """Convert text files of labelled positions (INPUT...) into one Parquet file.
 
@@ -66,19 +66,21 @@ def convert_cmd(inputs, output, fmt, policy, progress):
             total += os.path.getsize(p)
         except OSError:
             pass
-    show = progress if progress is not None else total >= PROGRESS_MIN_BYTES
-    log = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    show = progress if progress is not None else (total >= PROGRESS_MIN_BYTES
+                                                   and sys.stderr.isatty())
     try:
         with _sigterm_as_exit():
             if show:
                 with click.progressbar(length=total, label="converting", file=sys.stderr,
                                        show_percent=True, show_eta=True) as bar:
                     summary = convert_files(list(inputs), output, fmt, policy,
-                                            progress=bar.update, log=log)
+                                            progress=bar.update)
             else:
-                summary = convert_files(list(inputs), output, fmt, policy, log=log)
+                summary = convert_files(list(inputs), output, fmt, policy)
     except DatasetError as e:
         raise click.ClickException(str(e)) from e
+    for msg in summary.messages:
+        click.echo(msg, err=True)
     for fs in summary.files:
         click.echo(f"  {fs.path}: {fs.format}, {fs.rows:,} rows, {fs.n_bad:,} bad lines")
     rate = summary.rows / summary.seconds if summary.seconds > 0 else 0.0

@@ -43,6 +43,7 @@ class ConvertSummary:
     files: list[FileSummary] = field(default_factory=list)
     seconds: float = 0.0
     bytes_in: int = 0
+    messages: list[str] = field(default_factory=list)  # notes and the bad-line report
 
 
 #: Compressed inputs, recognised by their magic bytes, decompressed on the fly by pyarrow.
@@ -150,7 +151,8 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
 
     ``fmt`` is ``auto`` (detected per file) or one of ``FORMATS``. Lines that do not parse,
     carry a bad result or an invalid FEN are reported as ``file:line: reason``; with
-    ``policy="skip"`` they are left out (``log`` gets a summary), with ``policy="strict"``
+    ``policy="skip"`` they are left out (reported in ``summary.messages``, also passed to
+    ``log``), with ``policy="strict"``
     any bad line raises DatasetError and nothing is written. The output is written to a
     temporary file next to it and renamed only on success; on any error or interrupt the
     temporary file is removed and an existing ``output`` is left untouched.
@@ -260,12 +262,16 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
         tmp.unlink(missing_ok=True)
         raise
     summary.seconds = time.perf_counter() - t0
-    if log is not None and with_score and any(f != "pipe" for f in formats):
-        log("note: score_cp is null for the rows of files without scores (formats other "
-            "than pipe); load_dataset keeps all rows but no scores unless need_scores=True")
-    if log is not None and summary.n_bad:
-        log(f"skipped {summary.n_bad:,} bad line(s):\n"
-            + format_bad_list(summary.bad, summary.n_bad))
+    if with_score and any(f != "pipe" for f in formats):
+        summary.messages.append(
+            "note: score_cp is null for the rows of files without scores (formats other than "
+            "pipe); load_dataset keeps all rows but no scores unless need_scores=True")
+    if summary.n_bad:
+        summary.messages.append(f"skipped {summary.n_bad:,} bad line(s):\n"
+                                + format_bad_list(summary.bad, summary.n_bad))
+    if log is not None:
+        for msg in summary.messages:
+            log(msg)
     return summary
 
 
