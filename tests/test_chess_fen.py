@@ -16,7 +16,7 @@ from tuner.chess import position as P  # noqa: E402
 from tuner.chess.position import (  # noqa: E402
     POSITION_WORDS, W_META, castling_rook_file, ep_square, fullmove_number, halfmove_clock,
     parse_fen, parse_fen_array, parse_fen_list, parse_fens, side_to_move, status_reason, to_fen,
-    to_fens)
+    to_fens, to_fens_arrow)
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 DATASETS = "/work/shared/datasets"
@@ -428,3 +428,15 @@ def test_fuzz_mutated_valid_fens(s):
                 max_size=40))
 def test_fuzz_bulk_lists(fens):
     _check(fens)
+
+
+@pytest.mark.skipif(not os.path.isdir(DATASETS), reason="shared datasets not present")
+@pytest.mark.parametrize("name", ["selfplay-std.parquet", "selfplay-dfrc.parquet"])
+def test_full_dataset_round_trip(name):
+    """Every row of the shared datasets parses (bulk, from the Arrow column) and writes back to
+    exactly the same string."""
+    col = pq.read_table(os.path.join(DATASETS, name), columns=["fen"]).column("fen")
+    positions, status = parse_fen_array(col)
+    assert len(status) == len(col) > 100000
+    assert np.all(status == 0)
+    assert to_fens_arrow(positions).to_pylist() == col.to_pylist()

@@ -17,9 +17,9 @@ contains s (pawns and king included).
 import numpy as np
 from numba import njit
 
-from .bitboard import lsb, msb, popcount
+from .bitboard import lsb, msb
 from .position import (W_WHITE, W_BLACK, W_PAWN, W_KNIGHT, W_BISHOP, W_ROOK, W_QUEEN, W_KING,
-                       PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING)
+                       PAWN, KNIGHT, BISHOP, ROOK, QUEEN)
 
 U64 = np.uint64
 _ONE = U64(1)
