@@ -21,3 +21,7 @@ main.add_command(convert_cmd)
 main.add_command(data_group)
 
 # --- training commands (train, bench) ---------------------------------------------------------
+from tuner.train.commands import bench_cmd, train_cmd  # noqa: E402  (light: click only)
+
+main.add_command(train_cmd)
+main.add_command(bench_cmd)

@@ -1,0 +1,70 @@
+"""Click commands of the training layer: `tuner train` and `tuner bench`."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def _fail(e: Exception) -> None:
+    click.echo(f"error: {e}", err=True)
+    sys.exit(2)
+
+
+@click.command("train")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML configuration file (see --help-config). Required unless --resume.")
+@click.option("--epochs", type=click.IntRange(min=1),
+              help="Train until this many epochs are done (overrides [training] epochs).")
+@click.option("--threads", type=click.IntRange(min=0),
+              help="Worker threads, 0 = all cores (overrides [training] threads). "
+                   "The result is bitwise identical for any value.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Output directory (default runs/<config name>-<date>-<time>).")
+@click.option("--resume", type=click.Path(file_okay=False, exists=True),
+              help="Continue the run in this directory from its last checkpoint; the result "
+                   "is identical to an uninterrupted run.")
+@click.option("--help-config", is_flag=True, help="Print every configuration key and exit.")
+def train_cmd(config_path, epochs, threads, out, resume, help_config):
+    """Tune an evaluation's parameters on labelled positions.
+
+    Writes, in the output directory: train.log (one line per epoch), checkpoint.npz (after every
+    epoch, atomically), params.json and params.hpp (current parameters), loss.csv and loss.png.
+    """
+    from tuner.data import DatasetError
+    from .config import ConfigError, describe
+    from .loop import TrainingError, start_run
+    if help_config:
+        click.echo(describe())
+        return
+    try:
+        run = start_run(config_path, out, resume, epochs, threads)
+        run.log(f"output: {run.out}")
+        run.run()
+    except (ConfigError, DatasetError, TrainingError) as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted; the last checkpoint is kept (resume with --resume)", err=True)
+        sys.exit(130)
+    click.echo(f"done: parameters in {run.out / 'params.json'} and {run.out / 'params.hpp'}")
+
+
+@click.command("bench")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Worker threads (0 = all cores); the signature does not depend on it.")
+@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Epochs to time.")
+@click.option("--dataset", default="selfplay-std", show_default=True,
+              help="Dataset name or Parquet path to run on.")
+def bench_cmd(threads, epochs, dataset):
+    """Time a fixed training run and print its speed and a `Bench: <signature>` line.
+
+    The run (data, seeds, settings) is fixed, so the signature is identical across runs and
+    thread counts and changes when the evaluation or the tape's arithmetic changes.
+    """
+    from tuner.data import DatasetError
+    from .bench import run_bench
+    try:
+        run_bench(dataset, epochs, threads)
+    except DatasetError as e:
+        _fail(e)

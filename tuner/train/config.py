@@ -1,0 +1,276 @@
+"""Training configuration: a TOML file, every key documented and validated.
+
+`SCHEMA` is the single description of the file: each key's type, default and meaning. `load_config`
+checks a file against it (an unknown key or a wrong type is a `ConfigError` naming the file, the
+key and what is allowed) and `describe` renders it as the reference printed by
+``tuner train --help-config``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its type(s), default (None: required or optional), and meaning."""
+
+    types: tuple
+    default: Any
+    doc: str
+    check: Callable[[Any], str | None] | None = None  # returns an error text, or None if fine
+
+
+def _positive(x):
+    return None if x > 0 else "must be > 0"
+
+
+def _non_negative(x):
+    return None if x >= 0 else "must be >= 0"
+
+
+def _fraction(x):
+    return None if 0 <= x < 1 else "must be in [0, 1)"
+
+
+def _one_of(*allowed):
+    def check(x):
+        return None if x in allowed else f"must be one of {', '.join(map(repr, allowed))}"
+    return check
+
+
+def _str_list(x):
+    return None if all(isinstance(s, str) for s in x) else "must be a list of strings"
+
+
+NUM = (int, float)
+SCHEMA: dict[str, dict[str, Key]] = {
+    "data": {
+        "train": Key((list, str), None,
+                     "Datasets to train on: registry names (datasets/registry.toml) or Parquet "
+                     "paths (relative to the config file). Required.", _str_list),
+        "validation_fraction": Key(NUM, 0.05,
+                                   "Share of the positions held out for the validation loss.",
+                                   _fraction),
+        "split_seed": Key((int,), 1, "Seed of the train/validation split."),
+        "policy": Key((str,), "skip", "Bad rows: 'skip' (drop and report) or 'strict' (fail).",
+                      _one_of("skip", "strict")),
+    },
+    "evaluation": {
+        "name": Key((str,), "clockwork", "Evaluation to tune (see `tuner.evals`)."),
+        "init": Key((str,), "zero",
+                    "Initial parameters: 'zero', 'default' (the evaluation's shipped values), "
+                    "'random' (uniform in [-random_range, random_range]) or a parameter JSON "
+                    "file (relative to the config file). Constants always keep their defaults."),
+        "random_range": Key(NUM, 100.0, "Half-width of the 'random' initialisation.", _positive),
+        "random_seed": Key((int,), 0, "Seed of the 'random' initialisation."),
+    },
+    "loss": {
+        "k": Key(NUM, 1 / 400, "Scale K of the prediction sigmoid(K * eval); the loss is the "
+                 "mean squared error between the prediction and the game result.", _positive),
+    },
+    "optimizer": {
+        "name": Key((str,), "adamw", "'adamw' or 'sgd' (with momentum).", _one_of("adamw", "sgd")),
+        "lr": Key(NUM, 10.0, "Base learning rate (the schedule scales it).", _positive),
+        "beta1": Key(NUM, 0.9, "AdamW first-moment decay.", _fraction),
+        "beta2": Key(NUM, 0.999, "AdamW second-moment decay.", _fraction),
+        "eps": Key(NUM, 1e-8, "AdamW denominator epsilon.", _positive),
+        "weight_decay": Key(NUM, 0.0, "Decoupled weight decay (per unit learning rate).",
+                            _non_negative),
+        "momentum": Key(NUM, 0.9, "SGD momentum.", _fraction),
+    },
+    "schedule": {
+        "type": Key((str,), "constant",
+                    "'constant'; 'exponential' (lr * gamma^(epoch - decay_from_epoch) once "
+                    "epoch > decay_from_epoch); or 'piecewise' (consecutive segments, each "
+                    "decaying geometrically from lr_start to lr_end over its epochs; the last "
+                    "segment's lr_end holds afterwards).",
+                    _one_of("constant", "exponential", "piecewise")),
+        "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule.", _positive),
+        "decay_from_epoch": Key((int,), 6, "Last epoch (0-based) at the base rate for "
+                                "'exponential'.", _non_negative),
+        "segments": Key((list,), [], "'piecewise' segments: [[schedule.segments]] tables with "
+                        "epochs (int > 0), lr_start and lr_end (> 0)."),
+    },
+    "freeze": {
+        "stages": Key((list,), [], "Freeze stages: [[freeze.stages]] tables with from_epoch "
+                      "(int), train (glob patterns of parameter names, e.g. '*_MAT') and "
+                      "optionally exclude (patterns). From from_epoch on, only parameters "
+                      "matching train and not exclude move. Without stages everything moves. "
+                      "Constant parameters never move."),
+    },
+    "training": {
+        "epochs": Key((int,), 10, "Number of epochs.", _positive),
+        "batch_size": Key((int,), 262_144, "Positions per optimiser step.", _positive),
+        "micro_batch_size": Key((int,), 1024, "Positions recorded on a tape at once; also the "
+                                "unit of the deterministic gradient reduction.", _positive),
+        "threads": Key((int,), 0, "Worker threads (0 = all cores). Results do not depend on it.",
+                       _non_negative),
+        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle."),
+    },
+}
+
+SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
+STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
+#: Keys that may differ between a run and its resumption (they do not change the result).
+RESUME_FREE = {("training", "epochs"), ("training", "threads")}
+
+
+def _type_name(types: tuple) -> str:
+    names = {int: "integer", float: "number", str: "string", list: "list", bool: "boolean"}
+    return " or ".join(dict.fromkeys(names[t] for t in types))
+
+
+def _check_type(value, types) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if float in types and isinstance(value, int):
+        return True
+    return isinstance(value, types)
+
+
+@dataclass
+class Config:
+    """A validated configuration: ``values[section][key]``, with defaults filled in."""
+
+    values: dict
+    path: Path | None = None
+
+    def __getitem__(self, section: str) -> dict:
+        return self.values[section]
+
+    def resolve_path(self, p: str) -> Path:
+        """A path from the config, relative to the config file's folder."""
+        q = Path(p).expanduser()
+        return q if q.is_absolute() or self.path is None else self.path.parent / q
+
+    def digest(self) -> str:
+        """Hash of everything that determines the result (not epochs or threads)."""
+        v = json.loads(json.dumps(self.values))
+        for section, key in RESUME_FREE:
+            v[section].pop(key, None)
+        return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _fail(where: str, msg: str):
+    raise ConfigError(f"{where}: {msg}")
+
+
+def _check_table_list(where: str, items, keys: dict, required: set) -> list:
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        _fail(where, "must be a list of tables ([[...]] in TOML)")
+    out = []
+    for i, item in enumerate(items):
+        w = f"{where}[{i}]"
+        for k, v in item.items():
+            if k not in keys:
+                _fail(w, f"unknown key {k!r}; allowed: {', '.join(keys)}")
+            if not _check_type(v, keys[k]):
+                _fail(f"{w}.{k}", f"must be a {_type_name(keys[k])}, got {v!r}")
+        for k in required:
+            if k not in item:
+                _fail(w, f"missing key {k!r}")
+        out.append(dict(item))
+    return out
+
+
+def validate(raw: dict, where: str = "config") -> Config:
+    """Check `raw` (a parsed TOML document) against `SCHEMA`; fill in defaults."""
+    values: dict = {}
+    for section in raw:
+        if section not in SCHEMA:
+            _fail(where, f"unknown section [{section}]; allowed: "
+                  + ", ".join(f"[{s}]" for s in SCHEMA))
+        if not isinstance(raw[section], dict):
+            _fail(where, f"[{section}] must be a table")
+    for section, keys in SCHEMA.items():
+        given = raw.get(section, {})
+        out = {}
+        for k, v in given.items():
+            if k not in keys:
+                _fail(f"{where}: [{section}]", f"unknown key {k!r}; allowed: {', '.join(keys)}")
+            key = keys[k]
+            if not _check_type(v, key.types):
+                _fail(f"{where}: [{section}] {k}",
+                      f"must be a {_type_name(key.types)}, got {v!r}")
+            if isinstance(v, float) and not math.isfinite(v):
+                _fail(f"{where}: [{section}] {k}", f"must be finite, got {v!r}")
+            err = key.check(v) if key.check is not None else None
+            if err:
+                _fail(f"{where}: [{section}] {k}", f"{err}, got {v!r}")
+            out[k] = v
+        for k, key in keys.items():
+            if k not in out:
+                if key.default is None:
+                    _fail(f"{where}: [{section}]", f"missing required key {k!r}: {key.doc}")
+                out[k] = key.default
+        values[section] = out
+
+    if isinstance(values["data"]["train"], str):
+        values["data"]["train"] = [values["data"]["train"]]
+    if not values["data"]["train"]:
+        _fail(f"{where}: [data] train", "must name at least one dataset")
+    sched = values["schedule"]
+    sched["segments"] = _check_table_list(f"{where}: [schedule] segments", sched["segments"],
+                                          SEGMENT_KEYS, set(SEGMENT_KEYS))
+    for i, seg in enumerate(sched["segments"]):
+        if seg["epochs"] <= 0 or seg["lr_start"] <= 0 or seg["lr_end"] <= 0:
+            _fail(f"{where}: [schedule] segments[{i}]", "epochs, lr_start and lr_end must be > 0")
+    if sched["type"] == "piecewise" and not sched["segments"]:
+        _fail(f"{where}: [schedule]", "type 'piecewise' needs at least one [[schedule.segments]]")
+    stages = _check_table_list(f"{where}: [freeze] stages", values["freeze"]["stages"],
+                               STAGE_KEYS, {"from_epoch", "train"})
+    for i, st in enumerate(stages):
+        for k in ("train", "exclude"):
+            if k in st and _str_list(st[k]):
+                _fail(f"{where}: [freeze] stages[{i}].{k}", "must be a list of strings")
+        st.setdefault("exclude", [])
+    if [s["from_epoch"] for s in stages] != sorted({s["from_epoch"] for s in stages}):
+        _fail(f"{where}: [freeze] stages", "from_epoch values must be distinct and increasing")
+    values["freeze"]["stages"] = stages
+    return Config(values)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML configuration file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such configuration file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    cfg = validate(raw, str(p))
+    cfg.path = p.resolve()
+    return cfg
+
+
+def describe() -> str:
+    """The configuration reference: every section and key with type, default and meaning."""
+    lines = ["Configuration file reference (TOML). Every key is optional unless marked required.",
+             ""]
+    for section, keys in SCHEMA.items():
+        lines.append(f"[{section}]")
+        for k, key in keys.items():
+            default = "required" if key.default is None else f"default {key.default!r}"
+            lines.append(f"  {k} ({_type_name(key.types)}, {default})")
+            lines.append(f"      {key.doc}")
+        lines.append("")
+    return "\n".join(lines)

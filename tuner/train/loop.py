@@ -1,0 +1,314 @@
+"""The epoch loop: data, split, initialisation, optimiser steps, checkpoints and outputs.
+
+A run writes into its output directory:
+
+* ``config.toml``: the configuration it was started with;
+* ``train.log``: one line per epoch (also printed);
+* ``checkpoint.npz``: after every epoch, atomically: parameters, optimiser state, step and epoch,
+  the shuffle RNG state, the loss history and the config digest;
+* ``params.json`` and ``params.hpp``: the current parameters (registry JSON; Clockwork C++);
+* ``loss.csv`` and ``loss.png``: the loss history, at the end.
+
+Resuming from the checkpoint continues bit for bit as if the run had never stopped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import click
+import numpy as np
+
+from tuner.data import load_dataset
+from tuner.evals import get_evaluation
+from tuner.evals.export import to_cpp
+from .config import Config, ConfigError, load_config
+from .kernels import adamw_step, sgd_step
+from .schedule import check_patterns, learning_rate, trainable_mask
+from .workers import Workers, resolve_threads
+
+CHECKPOINT = "checkpoint.npz"
+HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start or continue; the message says why and what was kept."""
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp_path)``, then move the file into place: never a half-written `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+@dataclass
+class Data:
+    """Training and validation positions (indices into one concatenated array)."""
+
+    positions: np.ndarray
+    results: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    sources: list = field(default_factory=list)
+
+
+def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
+    """Load every dataset of ``[data] train`` and split off the validation positions."""
+    positions, results, sources = [], [], []
+    for name in cfg["data"]["train"]:
+        p = cfg.resolve_path(name)
+        target = str(p) if (p.suffix == ".parquet" or p.exists()) else name
+        ds = load_dataset(target, policy=cfg["data"]["policy"])
+        log(f"data: {ds.source}: {len(ds):,} positions"
+            + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else ""))
+        positions.append(ds.positions)
+        results.append(ds.results)
+        sources.append(ds.source)
+    positions = np.concatenate(positions)
+    results = np.concatenate(results)
+    n = len(results)
+    perm = np.random.default_rng(cfg["data"]["split_seed"]).permutation(n)
+    n_val = int(round(cfg["data"]["validation_fraction"] * n))
+    if n - n_val < 1:
+        raise TrainingError("no training positions left after the validation split")
+    return Data(positions, results, np.sort(perm[n_val:]), np.sort(perm[:n_val]), sources)
+
+
+def initial_params(cfg: Config, registry) -> np.ndarray:
+    """Starting values per ``[evaluation] init``; constants always hold their defaults."""
+    ev = cfg["evaluation"]
+    init = ev["init"]
+    n = registry.n_params
+    if init == "zero":
+        params = np.zeros((n, 2))
+    elif init == "default":
+        params = np.array(registry.defaults)
+    elif init == "random":
+        rng = np.random.default_rng(ev["random_seed"])
+        params = rng.uniform(-ev["random_range"], ev["random_range"], size=(n, 2))
+    else:
+        from tuner.evals.registry import ParamRegistry
+        path = cfg.resolve_path(init)
+        try:
+            loaded = ParamRegistry.from_json(path)
+        except FileNotFoundError:
+            raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
+                              f"'zero', 'default' or 'random')") from None
+        if loaded.names != registry.names or loaded.n_params != n:
+            raise ConfigError(f"[evaluation] init: {path} does not hold the parameters of "
+                              f"this evaluation")
+        params = np.array(loaded.defaults)
+    const = np.asarray(registry.constant, dtype=bool)
+    params[const] = registry.defaults[const]
+    return params
+
+
+class Run:
+    """One training run in an output directory (new or resumed)."""
+
+    def __init__(self, cfg: Config, out_dir: Path, *, threads: int | None = None,
+                 epochs: int | None = None, log: Callable[[str], None] = click.echo,
+                 progress: bool | None = None):
+        self.cfg = cfg
+        self.out = Path(out_dir)
+        self.log_fn = log
+        tr = cfg["training"]
+        self.epochs = epochs if epochs is not None else tr["epochs"]
+        self.n_threads = resolve_threads(tr["threads"] if threads is None else threads)
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.evaluation = get_evaluation(cfg["evaluation"]["name"])
+        self.registry = self.evaluation.registry
+        try:
+            check_patterns(self.registry, cfg["freeze"]["stages"])
+        except ValueError as e:
+            raise ConfigError(f"{cfg.path}: {e}") from None
+        n = self.registry.n_params
+        self.params = initial_params(cfg, self.registry)
+        self.m = np.zeros((n, 2))
+        self.v = np.zeros((n, 2))
+        self.step = 0
+        self.epoch = 0
+        self.rng = np.random.default_rng(tr["shuffle_seed"])
+        self.history = {f: [] for f in HISTORY_FIELDS}
+
+    # -- logging and files -------------------------------------------------------------------
+    def log(self, line: str) -> None:
+        self.log_fn(line)
+        with open(self.out / "train.log", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def save_checkpoint(self) -> None:
+        state = dict(params=self.params, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
+                     rng=json.dumps(self.rng.bit_generator.state),
+                     digest=self.cfg.digest(), evaluation=self.evaluation.name,
+                     **{f"history_{k}": np.array(v, dtype=np.float64)
+                        for k, v in self.history.items()})
+
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, **state)
+        atomic_write(self.out / CHECKPOINT, write)
+
+    def load_checkpoint(self) -> None:
+        path = self.out / CHECKPOINT
+        if not path.exists():
+            raise TrainingError(f"{self.out}: no {CHECKPOINT} to resume from")
+        try:
+            with np.load(path) as z:
+                if str(z["digest"]) != self.cfg.digest():
+                    raise TrainingError(
+                        f"{path}: the checkpoint was made with a different configuration "
+                        f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs "
+                        f"and threads may change on resume")
+                self.params = np.array(z["params"])
+                self.m, self.v = np.array(z["m"]), np.array(z["v"])
+                self.step, self.epoch = int(z["step"]), int(z["epoch"])
+                self.rng.bit_generator.state = json.loads(str(z["rng"]))
+                self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
+        except (OSError, ValueError, KeyError) as e:
+            raise TrainingError(f"{path}: unreadable checkpoint: {e}") from None
+
+    def write_params(self) -> None:
+        write_text(self.out / "params.json", self.registry.dumps(self.params))
+        write_text(self.out / "params.hpp", to_cpp(self.registry, self.params))
+
+    def write_history(self) -> None:
+        from .plot import write_loss_png
+        h = self.history
+        lines = [",".join(HISTORY_FIELDS)]
+        for i in range(len(h["epoch"])):
+            lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
+        write_text(self.out / "loss.csv", "\n".join(lines) + "\n")
+        if h["epoch"]:
+            write_loss_png(self.out / "loss.png", [int(e) for e in h["epoch"]],
+                           {"train": h["train_loss"], "validation": h["val_loss"]},
+                           title=f"{self.evaluation.name} loss")
+
+    # -- the loop ----------------------------------------------------------------------------
+    def optimizer_step(self, grad: np.ndarray, lr: float, mask: np.ndarray) -> None:
+        o = self.cfg["optimizer"]
+        self.step += 1
+        if o["name"] == "adamw":
+            adamw_step(self.params, grad, self.m, self.v, mask, lr, o["beta1"], o["beta2"],
+                       o["eps"], o["weight_decay"], self.step)
+        else:
+            sgd_step(self.params, grad, self.m, mask, lr, o["momentum"], o["weight_decay"])
+
+    def run_epoch(self, data: Data, workers: Workers) -> dict:
+        tr, k = self.cfg["training"], self.cfg["loss"]["k"]
+        e = self.epoch
+        lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
+        mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
+        order = data.train[self.rng.permutation(len(data.train))]
+        bs = tr["batch_size"]
+        n_batches = math.ceil(len(order) / bs)
+        t0 = time.perf_counter()
+        sse_total = []
+        bar = click.progressbar(length=len(order), label=f"epoch {e + 1}/{self.epochs}",
+                                file=sys.stderr, show_eta=True,
+                                item_show_func=lambda x: x) if self.progress else None
+        try:
+            for b in range(n_batches):
+                batch = order[b * bs:(b + 1) * bs]
+                sse, grad = workers.loss_grad(self.params, data.positions, data.results, batch, k)
+                if not (math.isfinite(sse) and np.isfinite(grad).all()):
+                    raise TrainingError(
+                        f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not finite "
+                        f"(loss {sse / len(batch)!r}); stopped. The last good checkpoint "
+                        f"(epoch {self.epoch}) is kept in {self.out / CHECKPOINT}; try a "
+                        f"smaller learning rate")
+                self.optimizer_step(grad, lr, mask)
+                sse_total.append(sse)
+                if bar is not None:
+                    done = min(len(order), (b + 1) * bs)
+                    bar.current_item = f"loss {math.fsum(sse_total) / done:.6f}"
+                    bar.update(len(batch))
+        finally:
+            if bar is not None:
+                bar.render_finish()
+        train_seconds = time.perf_counter() - t0
+        train_loss = math.fsum(sse_total) / len(order)
+        val_loss = math.nan
+        if len(data.val):
+            val_sse, _ = workers.loss_grad(self.params, data.positions, data.results, data.val,
+                                           k, with_grad=False)
+            val_loss = val_sse / len(data.val)
+        if not math.isfinite(train_loss):
+            raise TrainingError(f"epoch {e + 1}: training loss is {train_loss}; stopped")
+        return dict(epoch=e + 1, train_loss=train_loss, val_loss=val_loss, lr=lr,
+                    seconds=train_seconds, positions_per_s=len(order) / train_seconds)
+
+    def run(self, data: Data | None = None) -> dict:
+        """Train from the current epoch to `self.epochs`; returns the final history."""
+        data = data if data is not None else load_data(self.cfg, self.log)
+        self.log(f"train {len(data.train):,} positions, validation {len(data.val):,}; "
+                 f"{self.registry.n_params} parameters ({int((~self.registry.constant).sum())} "
+                 f"tunable); {self.n_threads} thread(s)")
+        tr = self.cfg["training"]
+        workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
+                          tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))))
+        try:
+            while self.epoch < self.epochs:
+                stats = self.run_epoch(data, workers)
+                self.epoch += 1
+                for key in HISTORY_FIELDS:
+                    self.history[key].append(stats[key])
+                self.save_checkpoint()
+                self.write_params()
+                self.log(f"epoch {stats['epoch']:4d}/{self.epochs}  train {stats['train_loss']:.6f}"
+                         f"  val {stats['val_loss']:.6f}  lr {stats['lr']:.4g}  "
+                         f"{stats['seconds']:.2f} s  {stats['positions_per_s']:,.0f} pos/s")
+        finally:
+            workers.close()
+            self.write_history()
+        return self.history
+
+
+def start_run(config_path: str | None, out: str | None, resume: str | None,
+              epochs: int | None, threads: int | None, log=click.echo,
+              progress: bool | None = None) -> Run:
+    """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`)."""
+    if resume is not None:
+        out_dir = Path(resume)
+        cfg = load_config(config_path if config_path is not None else out_dir / "config.toml")
+        if config_path is None:  # relative paths in the copy mean what they meant originally
+            meta = out_dir / "run.json"
+            if meta.exists():
+                cfg.path = Path(json.loads(meta.read_text())["config"])
+        run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+        run.load_checkpoint()
+        run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}")
+        return run
+    if config_path is None:
+        raise ConfigError("--config is required (or --resume DIR)")
+    cfg = load_config(config_path)
+    out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (out_dir / CHECKPOINT).exists():
+        raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to continue "
+                            f"it, or choose another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config_path, out_dir / "config.toml")
+    (out_dir / "run.json").write_text(json.dumps({"config": str(cfg.path)}), encoding="utf-8")
+    (out_dir / "train.log").write_text("", encoding="utf-8")
+    return Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
