@@ -2,9 +2,10 @@
 
 An evaluation module provides ``registry()`` (a `ParamRegistry`), an ``@njit`` function
 ``record_eval(tape, acc, pos) -> value index`` that records the continuous White-POV evaluation of
-one packed position (see docs/interfaces.md), and ``chunk_loss_grad``: the trainer's micro-batch
-kernel, a few lines calling its ``record_eval`` and `tuner.train.kernels` (see the end of
-`tuner.evals.clockwork`). `get_evaluation` finds one by name.
+one packed position (see docs/interfaces.md), and ``record_batch(tape, acc, positions, rows, out)``:
+the three-line loop recording ``positions[rows[i]]`` into ``out[i]`` that the trainer calls (see the
+end of `tuner.evals.clockwork` for why each evaluation writes it). `get_evaluation` finds one by
+name.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Evaluation:
     name: str
     registry: Any       # ParamRegistry
     record_eval: Any      # numba dispatcher (tape, acc, pos) -> value index
-    chunk_loss_grad: Any  # numba dispatcher: the micro-batch kernel bound to record_eval
+    record_batch: Any     # numba dispatcher (tape, acc, positions, rows, out) -> None
 
 
 def get_evaluation(name: str) -> Evaluation:
@@ -31,4 +32,4 @@ def get_evaluation(name: str) -> Evaluation:
     if name not in EVALUATIONS:
         raise ValueError(f"unknown evaluation {name!r}; known: {', '.join(sorted(EVALUATIONS))}")
     module = importlib.import_module(EVALUATIONS[name])
-    return Evaluation(name, module.registry(), module.record_eval, module.chunk_loss_grad)
+    return Evaluation(name, module.registry(), module.record_eval, module.record_batch)

@@ -34,8 +34,6 @@ from numba.extending import intrinsic
 from tuner.chess.attacks import bishop_attacks, king_attacks, knight_attacks, rook_attacks
 from tuner.chess.bitboard import lsb, popcount
 from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
-from tuner.tape import reset
-from tuner.train.kernels import finish_chunk, record_texel_loss
 
 from .registry import ParamRegistry
 
@@ -596,17 +594,13 @@ def check_domain(pos) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The trainer's micro-batch kernel for this evaluation. Every evaluation writes these few lines
-# itself, calling its own record_eval directly: passing record_eval to a generic kernel as an
-# argument would stop Numba from caching the kernel, and it would be recompiled in every process.
+# Batch recording for the trainer. Every evaluation writes this loop itself, calling its own
+# record_eval directly: passing record_eval to a generic kernel as an argument would stop Numba
+# from caching the kernel, and it would be recompiled in every process.
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def chunk_loss_grad(tape, acc, positions, results, order, start, stop, k, scale, slots,
-                    grad_out, with_grad):
-    """Texel loss of positions ``order[start:stop]`` and its gradient (`tuner.train.kernels`)."""
-    reset(tape)
-    for i in range(stop - start):
-        row = order[start + i]
-        slots[i] = record_texel_loss(tape, record_eval(tape, acc, positions[row]), k, results[row])
-    return finish_chunk(tape, slots, stop - start, scale, grad_out, with_grad)
+@njit(cache=True, nogil=True)
+def record_batch(tape, acc, positions, rows, out):
+    """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
+    for i in range(rows.shape[0]):
+        out[i] = record_eval(tape, acc, positions[rows[i]])

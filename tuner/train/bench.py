@@ -30,9 +30,9 @@ def signature(params: np.ndarray) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def run_bench(dataset: str, epochs: int, threads: int) -> int:
+def run_bench(dataset: str, epochs: int, threads: int, mode: str = "auto") -> int:
     raw = dict(BENCH_CONFIG, data={"train": [dataset], "validation_fraction": 0.0})
-    raw["training"] = dict(raw["training"], epochs=epochs, threads=threads)
+    raw["training"] = dict(raw["training"], epochs=epochs, threads=threads, mode=mode)
     cfg = validate(raw, "bench")
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,12 +40,6 @@ def run_bench(dataset: str, epochs: int, threads: int) -> int:
         data = load_data(cfg, lambda s: None)
         load_s = time.perf_counter() - t0
         run = Run(cfg, Path(tmp), log=lines.append, progress=False)
-        # Compile before timing: one micro-batch.
-        warm = Run(cfg, Path(tmp), epochs=1, log=lambda s: None, progress=False)
-        from .workers import Workers
-        w = Workers(warm.evaluation, 1, 1024, 1024)
-        w.loss_grad(warm.params, data.positions, data.results, data.train[:1024], 0.0025)
-        w.close()
         history = run.run(data)
     n = len(data.train)
     secs = history["seconds"]
@@ -53,6 +47,9 @@ def run_bench(dataset: str, epochs: int, threads: int) -> int:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     click.echo(f"dataset {dataset}: {n:,} positions (loaded in {load_s:.2f} s), "
                f"{run.n_threads} thread(s), {epochs} epoch(s), batch 16,384")
+    for line in lines:
+        if line.startswith(("replay", "eager")):
+            click.echo(line)
     click.echo("s/epoch: " + ", ".join(f"{s:.3f}" for s in secs) + f" (median {med:.3f})")
     click.echo(f"positions/s: {n / med:,.0f}   peak memory: {peak_mb:,.0f} MB")
     click.echo(f"final train loss: {history['train_loss'][-1]:.8f}")

@@ -56,7 +56,10 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
               help="Epochs to time.")
 @click.option("--dataset", default="selfplay-std", show_default=True,
               help="Dataset name or Parquet path to run on.")
-def bench_cmd(threads, epochs, dataset):
+@click.option("--mode", type=click.Choice(["auto", "eager", "replay"]), default="auto",
+              show_default=True, help="Epoch mode (see [training] mode); the signature does not "
+              "depend on it.")
+def bench_cmd(threads, epochs, dataset, mode):
     """Time a fixed training run and print its speed and a `Bench: <signature>` line.
 
     The run (data, seeds, settings) is fixed, so the signature is identical across runs and
@@ -65,6 +68,6 @@ def bench_cmd(threads, epochs, dataset):
     from tuner.data import DatasetError
     from .bench import run_bench
     try:
-        run_bench(dataset, epochs, threads)
+        run_bench(dataset, epochs, threads, mode)
     except DatasetError as e:
         _fail(e)

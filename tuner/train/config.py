@@ -120,13 +120,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "threads": Key((int,), 0, "Worker threads (0 = all cores). Results do not depend on it.",
                        _non_negative),
         "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle."),
+        "mode": Key((str,), "auto",
+                    "'eager' records every position on the tape in every epoch; 'replay' records "
+                    "each position once and replays its linear form every epoch (several times "
+                    "faster; evaluations linear in their parameters only); 'auto' replays when "
+                    "the evaluation allows it. Both give bitwise identical results.",
+                    _one_of("auto", "eager", "replay")),
     },
 }
 
 SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
 STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
 #: Keys that may differ between a run and its resumption (they do not change the result).
-RESUME_FREE = {("training", "epochs"), ("training", "threads")}
+RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode")}
 
 
 def _type_name(types: tuple) -> str:
@@ -158,7 +164,7 @@ class Config:
         return q if q.is_absolute() or self.path is None else self.path.parent / q
 
     def digest(self) -> str:
-        """Hash of everything that determines the result (not epochs or threads)."""
+        """Hash of everything that determines the result (not epochs, threads or mode)."""
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)

@@ -1,8 +1,8 @@
 """Compiled kernels of the epoch loop: one micro-batch on a tape, the ordered reduction, optimisers.
 
-An evaluation's ``chunk_loss_grad`` (see `tuner.evals`) is the eager step of DESIGN.md: record
-every position of one micro-batch on the calling thread's tape with `record_texel_loss`, then
-`finish_chunk` sums the losses, sweeps backward and copies the parameter gradients out.
+The eager step of DESIGN.md is an evaluation's ``record_batch`` (every position of one micro-batch
+recorded on the calling thread's tape) followed by `texel_chunk` (the loss records, the backward
+sweep, the parameter gradients copied out).
 The batch is cut into micro-batches ("chunks") whose boundaries do not depend on the thread count,
 and `reduce_chunks` adds the chunk gradients in chunk order with compensated sums, so the result is
 bitwise identical for any number of threads.
@@ -20,24 +20,24 @@ JIT = dict(nogil=True, error_model="numpy")
 
 
 @njit(**JIT, cache=True)
-def record_texel_loss(tape, e, k, result):
-    """Record (sigmoid(k * e) - result)^2 for the evaluation value `e`; its value index."""
-    s = record_sigmoid(tape, record_mul_scalar(tape, e, k))
-    d = record_sub_scalar(tape, s, result)
-    return record_mul(tape, d, d)
+def texel_chunk(tape, evals, results, rows, k, scale, grad_out, with_grad):
+    """The Texel loss of one recorded micro-batch, and its gradient.
 
-
-@njit(**JIT, cache=True)
-def finish_chunk(tape, loss_slots, n, scale, grad_out, with_grad):
-    """Sum the `n` recorded losses; with `with_grad`, gradients of ``scale * sum`` to `grad_out`.
-
-    Returns the unscaled sum of squared errors. This and `record_texel_loss` are the two halves of
-    an evaluation's ``chunk_loss_grad`` (see `tuner.evals`): with `scale` = 1/B the chunk
+    ``evals[i]`` is the value index of the recorded evaluation of position ``rows[i]`` (it is
+    overwritten with the index of its loss). Records ``(sigmoid(k * e_i) - result_i)^2`` for each
+    position and their compensated sum; with `with_grad`, sweeps backward from ``scale * sum`` and
+    copies the parameter gradients to `grad_out` (then clears them). With `scale` = 1/B the chunk
     gradients of a batch of B positions add up to the gradient of its mean squared error.
+    Returns the unscaled sum of squared errors.
     """
+    n = rows.shape[0]
+    for i in range(n):
+        s = record_sigmoid(tape, record_mul_scalar(tape, evals[i], k))
+        d = record_sub_scalar(tape, s, results[rows[i]])
+        evals[i] = record_mul(tape, d, d)
     first = operand_mark(tape)
     for i in range(n):
-        push_operand(tape, loss_slots[i], 1.0)
+        push_operand(tape, evals[i], 1.0)
     total = record_sum(tape, first)
     sse = tape.val[total]
     if with_grad:

@@ -33,6 +33,7 @@ from tuner.evals.export import to_cpp
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .schedule import check_patterns, learning_rate, trainable_mask
+from .replay import ReplayUnsupported, build_store
 from .workers import Workers, resolve_threads
 
 CHECKPOINT = "checkpoint.npz"
@@ -259,6 +260,23 @@ class Run:
         return dict(epoch=e + 1, train_loss=train_loss, val_loss=val_loss, lr=lr,
                     seconds=train_seconds, positions_per_s=len(order) / train_seconds)
 
+    def replay_store(self, data: Data):
+        """The recorded linear forms of every position, or None for eager epochs."""
+        mode = self.cfg["training"]["mode"]
+        if mode == "eager":
+            return None
+        t0 = time.perf_counter()
+        try:
+            store = build_store(self.evaluation, data.positions, self.n_threads)
+        except ReplayUnsupported as e:
+            if mode == "replay":
+                raise TrainingError(str(e)) from None
+            self.log(f"eager epochs: {e}")
+            return None
+        self.log(f"replay: recorded {len(store):,} positions once in "
+                 f"{time.perf_counter() - t0:.2f} s ({store.nbytes / len(store):.0f} bytes each)")
+        return store
+
     def run(self, data: Data | None = None) -> dict:
         """Train from the current epoch to `self.epochs`; returns the final history."""
         data = data if data is not None else load_data(self.cfg, self.log)
@@ -266,8 +284,10 @@ class Run:
                  f"{self.registry.n_params} parameters ({int((~self.registry.constant).sum())} "
                  f"tunable); {self.n_threads} thread(s)")
         tr = self.cfg["training"]
+        store = self.replay_store(data)
         workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
-                          tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))))
+                          tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
+                          store=store)
         try:
             while self.epoch < self.epochs:
                 stats = self.run_epoch(data, workers)
@@ -276,8 +296,10 @@ class Run:
                     self.history[key].append(stats[key])
                 self.save_checkpoint()
                 self.write_params()
+                val = stats["val_loss"]
                 self.log(f"epoch {stats['epoch']:4d}/{self.epochs}  train {stats['train_loss']:.6f}"
-                         f"  val {stats['val_loss']:.6f}  lr {stats['lr']:.4g}  "
+                         f"  val {'-' if math.isnan(val) else format(val, '.6f')}  "
+                         f"lr {stats['lr']:.4g}  "
                          f"{stats['seconds']:.2f} s  {stats['positions_per_s']:,.0f} pos/s")
         finally:
             workers.close()

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tuner.tape import TapeFullError, grow, new_accumulator, new_tape
-from .kernels import reduce_chunks
+from tuner.tape import TapeFullError, grow, new_accumulator, new_tape, reset
+from .kernels import reduce_chunks, texel_chunk
+from .replay import replay_chunk
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
@@ -32,10 +33,15 @@ def resolve_threads(threads: int) -> int:
 
 
 class Workers:
-    """A pool of `n_threads` workers evaluating micro-batches of `micro` positions."""
+    """A pool of `n_threads` workers evaluating micro-batches of `micro` positions.
 
-    def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int):
+    Eager by default (each micro-batch recorded on the worker's tape); with a `store`
+    (`tuner.train.replay.build_store`) the recorded linear forms are replayed instead.
+    """
+
+    def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None):
         self.evaluation = evaluation
+        self.store = store
         self.n_params = evaluation.registry.n_params
         self.n_threads = n_threads
         self.micro = micro
@@ -49,6 +55,13 @@ class Workers:
         self.chunk_grads = np.zeros((self.max_chunks, self.n_params, 2))
         self.grad = np.zeros((self.n_params, 2))
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        if store is not None:
+            # Replay works on its own small arrays: the parameters plus one working slot.
+            self.pv = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
+            self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
+            self.val = [np.zeros(1) for _ in range(n_threads)]
+            self.vg = [np.zeros(1) for _ in range(n_threads)]
+            self.evals = [np.zeros(micro) for _ in range(n_threads)]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -56,13 +69,24 @@ class Workers:
 
     def _run_chunk(self, w, params, positions, results, order, start, stop, k, scale, c,
                    with_grad):
+        if self.store is not None:
+            st, pv, pg = self.store, self.pv[w], self.pg[w]
+            pv[: self.n_params] = params
+            sse = replay_chunk(pv, pg, self.val[w], self.vg[w], st.offsets, st.index, st.coef,
+                               st.alpha, results, order[start:stop], k, scale, self.evals[w],
+                               with_grad)
+            if with_grad:
+                self.chunk_grads[c] = pg[: self.n_params]
+            return sse
         while True:
             tape = self.tapes[w]
             tape.pair_val[: self.n_params] = params
             try:
-                return self.evaluation.chunk_loss_grad(
-                    tape, self.accs[w], positions, results, order, start, stop, k, scale,
-                    self.slots[w], self.chunk_grads[c], with_grad)
+                reset(tape)
+                rows, slots = order[start:stop], self.slots[w][: stop - start]
+                self.evaluation.record_batch(tape, self.accs[w], positions, rows, slots)
+                return texel_chunk(tape, slots, results, rows, k, scale, self.chunk_grads[c],
+                                   with_grad)
             except TapeFullError:
                 self.tapes[w] = grow(tape)
 
