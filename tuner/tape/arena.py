@@ -128,6 +128,16 @@ def zero_param_grad(tape: Tape) -> None:
     tape.pair_grad[: tape.counts[C_PAIR_PARAMS]] = 0.0
 
 
+@njit(cache=True, nogil=True)
+def ensure_room(tape: Tape, records: int, values: int, pairs: int, operands: int) -> None:
+    """Raise TapeFullError unless that many more records, slots and operands fit."""
+    c = tape.counts
+    if (c[C_RECORDS] + records > tape.op.shape[0] or c[C_VALUES] + values > tape.val.shape[0]
+            or c[C_PAIRS] + pairs > tape.pair_val.shape[0]
+            or c[C_OPERANDS] + operands > tape.opnd_index.shape[0]):
+        raise TapeFullError("tape capacity is full; grow the tape or record fewer positions")
+
+
 @njit(cache=True, nogil=True, inline="always")
 def alloc_value(tape: Tape) -> int:
     """A fresh value slot (its contents are set by the caller)."""

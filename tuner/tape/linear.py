@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .arena import Tape
+from .arena import Tape, ensure_room
 from .ops import operand_mark, push_operand, record_lincomb_pair
 
 JIT = dict(cache=True, nogil=True)
@@ -55,7 +55,16 @@ def lin_clear(acc: LinearAccumulator) -> None:
 
 @njit(**JIT)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
-    """One linear-combination record of the parameter pairs with non-zero coefficients; clears."""
+    """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
+
+    If the tape is full, TapeFullError is raised before anything changes (tape and accumulator),
+    so the caller can grow the tape and call again.
+    """
+    n = 0
+    for i in range(acc.count[0]):
+        if acc.coef[acc.touched[i]] != 0:
+            n += 1
+    ensure_room(t, 1, 0, 1, n)
     first = operand_mark(t)
     for i in range(acc.count[0]):
         j = acc.touched[i]

@@ -448,10 +448,12 @@ def backward(t: Tape, output: int) -> None:
 # ------------------------------------------------------------------------------------------------
 
 @njit(**INLINE)
-def _append(t: Tape, op: int, out: int, lhs: int, rhs: int, scalar: float) -> int:
+def _append(t: Tape, op: int, out_is_pair: bool, lhs: int, rhs: int, scalar: float) -> int:
+    """Append a record and allocate its output; the output index. Nothing changes on overflow."""
     r = t.counts[C_RECORDS]
     if r >= t.op.shape[0]:
         raise TapeFullError("tape record capacity is full; grow the tape or record fewer positions")
+    out = alloc_pair(t) if out_is_pair else alloc_value(t)
     t.op[r] = op
     t.out[r] = out
     t.lhs[r] = lhs
@@ -463,12 +465,12 @@ def _append(t: Tape, op: int, out: int, lhs: int, rhs: int, scalar: float) -> in
 
 @njit(**INLINE)
 def _value_record(t: Tape, op: int, lhs: int, rhs: int, scalar: float) -> int:
-    return _append(t, op, alloc_value(t), lhs, rhs, scalar)
+    return _append(t, op, False, lhs, rhs, scalar)
 
 
 @njit(**INLINE)
 def _pair_record(t: Tape, op: int, lhs: int, rhs: int, scalar: float) -> int:
-    return _append(t, op, alloc_pair(t), lhs, rhs, scalar)
+    return _append(t, op, True, lhs, rhs, scalar)
 
 
 @njit(**INLINE)
