@@ -19,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from tuner.tape import TapeFullError, grow, new_accumulator, new_tape, reset
 from tuner.tape.arena import C_RECORDS
@@ -27,6 +30,28 @@ from tuner.tape.ops import (F_LINCOMB_PAIR, F_PHASE, K_MUL, K_SIGMOID, K_SUB, _l
                             _lincomb_pair_fwd, _phase_bwd, _phase_fwd, kernel, neumaier_add)
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
+#: How many positions ahead the forward sweep prefetches a position's index, and its operands.
+PREFETCH_ROW, PREFETCH_OPERANDS = 16, 8
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Hint the CPU to fetch ``arr[i]`` into cache (llvm.prefetch; no effect on results)."""
+    if not isinstance(arr, types.Array) or not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            "llvm.prefetch.p0")
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, high locality, data cache
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
 
 
 class ReplayUnsupported(ValueError):
@@ -150,6 +175,16 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
     s = 0.0
     c = 0.0
     for i in range(n):
+        # Positions come in shuffled order: fetch ahead what the next ones will read.
+        if i + PREFETCH_ROW < n:
+            ahead = rows[i + PREFETCH_ROW]
+            _prefetch(offsets, ahead)
+            _prefetch(alpha, ahead)
+            _prefetch(results, ahead)
+        if i + PREFETCH_OPERANDS < n:
+            q = offsets[rows[i + PREFETCH_OPERANDS]]
+            _prefetch(index, q)
+            _prefetch(coef, q)
         r = rows[i]
         _lincomb_pair_fwd(pv, index, coef, o, offsets[r], offsets[r + 1] - offsets[r])
         _phase_fwd(val, pv, 0, o, alpha[r])
