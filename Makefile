@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tape_bench.py
+	$(BIN)/tuner bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info
