@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 import pytest
 
+from tuner import fileio
 from tuner.train import plot
 from tuner.train.plot import write_loss_png
 
@@ -170,7 +171,7 @@ def test_write_is_atomic(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr(plot.os, "replace", crash)
+    monkeypatch.setattr(fileio.os, "replace", crash)  # the shared atomic writer
     with pytest.raises(OSError, match="simulated"):
         write_loss_png(path, [0, 1, 2], {"train": [1.0, 0.5, 0.2]})
     assert path.read_bytes() == before

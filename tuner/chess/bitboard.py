@@ -44,6 +44,18 @@ _S9 = U64(9)
 
 
 @intrinsic
+def _bswap64(typingctx, x):
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+    sig = types.uint64(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.bswap(args[0])
+
+    return sig, codegen
+
+
+@intrinsic
 def _ctpop64(typingctx, x):
     if not isinstance(x, types.Integer) or x.bitwidth != 64:
         return None
@@ -78,6 +90,12 @@ def _ctlz64(typingctx, x):
         return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def flip_vertical(bb):
+    """The bitboard mirrored vertically (square s -> s ^ 56): one byte swap."""
+    return _bswap64(U64(bb))
 
 
 @njit(cache=True, nogil=True)

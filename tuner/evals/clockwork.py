@@ -28,11 +28,10 @@ import os
 from functools import lru_cache
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from tuner.chess.attacks import bishop_attacks, king_attacks, knight_attacks, rook_attacks
-from tuner.chess.bitboard import lsb, popcount
+from tuner.chess.bitboard import flip_vertical, lsb, popcount
 from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
 
 from .registry import ParamRegistry
@@ -123,24 +122,6 @@ _DARK = U64(0xAA55AA55AA55AA55)
 _CENTRAL = U64(0x3C3C3C3C3C3C3C3C)
 _RANKS_2_3 = U64(0x0000000000FFFF00)     # relative ranks 2 and 3 ("early" pawns)
 _RANKS_4_6 = U64(0x0000FFFFFF000000)     # relative ranks 4, 5, 6 (outposts)
-
-
-@intrinsic
-def _bswap64(typingctx, x):
-    """Byte swap = vertical mirror of a bitboard (square s -> s ^ 56)."""
-    if not isinstance(x, types.Integer) or x.bitwidth != 64:
-        return None
-    sig = types.uint64(x)
-
-    def codegen(context, builder, signature, args):
-        return builder.bswap(args[0])
-
-    return sig, codegen
-
-
-@njit(**INLINE)
-def _flip(bb):
-    return _bswap64(U64(bb))
 
 
 @njit(**INLINE)
@@ -383,8 +364,8 @@ def features(pos, acc):
     aP, aN, aB, aR, aQ, aK = (black & pawns, black & knights, black & bishops, black & rooks,
                               black & queens, black & kings)
     # Black in its own frame (vertical mirror), and White seen from Black's frame.
-    bP, bN, bB, bR, bQ, bK = _flip(aP), _flip(aN), _flip(aB), _flip(aR), _flip(aQ), _flip(aK)
-    vP, vN, vB, vR, vQ, vK = _flip(wP), _flip(wN), _flip(wB), _flip(wR), _flip(wQ), _flip(wK)
+    bP, bN, bB, bR, bQ, bK = flip_vertical(aP), flip_vertical(aN), flip_vertical(aB), flip_vertical(aR), flip_vertical(aQ), flip_vertical(aK)
+    vP, vN, vB, vR, vQ, vK = flip_vertical(wP), flip_vertical(wN), flip_vertical(wB), flip_vertical(wR), flip_vertical(wQ), flip_vertical(wK)
 
     _add(acc, PAWN_MAT, popcount(wP) - popcount(aP))
     _add(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))

@@ -9,10 +9,10 @@ line, constant (never tuned) entries as ``CS(mg, eg)``. Values are rounded to in
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
+from tuner.fileio import atomic_write
 from .registry import ParamRegistry
 
 
@@ -99,10 +99,6 @@ def export(registry: ParamRegistry, values, fmt: str, path=None) -> str:
     if fmt == "cpp":
         text = to_cpp(registry, values)
         if path is not None:
-            path = os.fspath(path)
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            atomic_write(path, text)
         return text
     raise ValueError(f"unknown export format {fmt!r} (expected 'cpp' or 'json')")

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
+
+from tuner.fileio import atomic_write
 
 _SCHEMA_KEYS = ("source", "format", "K", "phase_weights", "phase_max")
 
@@ -206,11 +207,7 @@ class ParamRegistry:
         """
         text = self.dumps(values)
         if path is not None:
-            path = os.fspath(path)
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            atomic_write(path, text)
         return text
 
 

@@ -13,12 +13,11 @@ Resuming from the checkpoint continues bit for bit as if the run had never stopp
 """
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.evals.export import to_cpp
+from tuner.fileio import atomic_write
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .schedule import check_patterns, learning_rate, trainable_mask
@@ -42,25 +42,6 @@ HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions
 
 class TrainingError(RuntimeError):
     """A run that cannot start or continue; the message says why and what was kept."""
-
-
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)``, then move the file into place: never a half-written `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 @dataclass
@@ -166,10 +147,9 @@ class Run:
                      **{f"history_{k}": np.array(v, dtype=np.float64)
                         for k, v in self.history.items()})
 
-        def write(tmp):
-            with open(tmp, "wb") as f:
-                np.savez(f, **state)
-        atomic_write(self.out / CHECKPOINT, write)
+        buf = io.BytesIO()
+        np.savez(buf, **state)
+        atomic_write(self.out / CHECKPOINT, buf.getvalue())
 
     def load_checkpoint(self) -> None:
         path = self.out / CHECKPOINT
@@ -191,8 +171,8 @@ class Run:
             raise TrainingError(f"{path}: unreadable checkpoint: {e}") from None
 
     def write_params(self) -> None:
-        write_text(self.out / "params.json", self.registry.dumps(self.params))
-        write_text(self.out / "params.hpp", to_cpp(self.registry, self.params))
+        atomic_write(self.out / "params.json", self.registry.dumps(self.params))
+        atomic_write(self.out / "params.hpp", to_cpp(self.registry, self.params))
 
     def write_history(self) -> None:
         from .plot import write_loss_png
@@ -200,7 +180,7 @@ class Run:
         lines = [",".join(HISTORY_FIELDS)]
         for i in range(len(h["epoch"])):
             lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
-        write_text(self.out / "loss.csv", "\n".join(lines) + "\n")
+        atomic_write(self.out / "loss.csv", "\n".join(lines) + "\n")
         if h["epoch"]:
             write_loss_png(self.out / "loss.png", [int(e) for e in h["epoch"]],
                            {"train": h["train_loss"], "validation": h["val_loss"]},

@@ -7,12 +7,12 @@ title in an embedded 5x7 bitmap font, on a white RGB canvas written as an 8-bit 
 from __future__ import annotations
 
 import math
-import os
-import uuid
 import zlib
 from collections.abc import Sequence
 
 import numpy as np
+
+from tuner.fileio import atomic_write
 
 # 5x7 glyphs: 7 rows top to bottom, 5 bits per row, most significant bit = leftmost pixel.
 # Characters outside the table are drawn as '?'.
@@ -85,7 +85,7 @@ def write_loss_png(path, epochs: Sequence[int], series: dict[str, Sequence[float
             raise ValueError(f"series {name!r} has {v.size} values for {x.size} epochs")
         ys[name] = v
     img = _render(x, ys, title, int(width), int(height))
-    _write_atomic(path, _png_bytes(img))
+    atomic_write(path, _png_bytes(img))
 
 
 def _render(x: np.ndarray, ys: dict[str, np.ndarray], title: str, width: int,
@@ -266,23 +266,3 @@ def _png_bytes(img: np.ndarray) -> bytes:
     ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes((8, 2, 0, 0, 0))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
             + chunk(b"IDAT", zlib.compress(raw.tobytes())) + chunk(b"IEND", b""))
-
-
-def _write_atomic(path, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, then rename over ``path``.
-
-    A crash leaves either the old file or the complete new one, never a truncated PNG.
-    """
-    path = os.fspath(path)
-    head, name = os.path.split(path)
-    tmp = os.path.join(head, f".{name}.{uuid.uuid4().hex}.tmp")  # same directory: same filesystem
-    f = open(tmp, "xb")  # a fresh name, created with the umask's usual permissions
-    try:
-        with f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
