@@ -162,13 +162,13 @@ def build_store(evaluation, positions: np.ndarray, n_threads: int, micro: int = 
 
 @njit(**JIT)
 def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k, scale,
-                 evals, with_grad):
+                 scratch, with_grad):
     """Texel loss of positions `rows` from their stored linear forms, and its gradient.
 
     `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
-    working pair in row P. `val` / `vg` hold one working value; `evals` is float64 scratch of
-    ``len(rows)``. The parameter gradients of ``scale * sum of losses`` are left in ``pg[:P]``.
-    Returns the unscaled sum of squared errors (as `tuner.train.kernels.texel_chunk` does).
+    working pair in row P. `val` / `vg` hold one working value; `scratch` is float64[3, len(rows)].
+    The parameter gradients of ``scale * sum of losses`` are left in ``pg[:P]``. Returns the
+    unscaled sum of squared errors (as `tuner.train.kernels.texel_chunk` does).
     """
     o = pv.shape[0] - 1
     n = rows.shape[0]
@@ -188,10 +188,10 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
         r = rows[i]
         _lincomb_pair_fwd(pv, index, coef, o, offsets[r], offsets[r + 1] - offsets[r])
         _phase_fwd(val, pv, 0, o, alpha[r])
-        e = val[0]
-        evals[i] = e
-        sig = kernel(K_SIGMOID, kernel(K_MUL, e, k)[0], 0.0)[0]
+        x = kernel(K_MUL, val[0], k)[0]
+        sig = kernel(K_SIGMOID, x, 0.0)[0]
         d = kernel(K_SUB, sig, results[r])[0]
+        scratch[0, i], scratch[1, i], scratch[2, i] = x, sig, d
         s, c = neumaier_add(s, c, kernel(K_MUL, d, d)[0])
     if not with_grad:
         return s + c
@@ -201,16 +201,30 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
     g = 0.0 + kernel(K_MUL, 0.0, scale)[1] * 1.0     # d(scale * sum) / d sum
     for i in range(n - 1, -1, -1):                   # the eager backward order
         r = rows[i]
-        x = kernel(K_MUL, evals[i], k)[0]
-        sig = kernel(K_SIGMOID, x, 0.0)[0]
-        d = kernel(K_SUB, sig, results[r])[0]
+        x, sig, d = scratch[0, i], scratch[1, i], scratch[2, i]
         gd = 0.0 + d * g
         gd += d * g                                  # d * d: both operands
-        gs = 0.0 + kernel(K_SUB, sig, results[r])[1] * gd
-        gx = 0.0 + kernel(K_SIGMOID, x, 0.0)[1] * gs
-        vg[0] = 0.0 + kernel(K_MUL, evals[i], k)[1] * gx
+        gs = 0.0 + 1.0 * gd                          # d (sig - result) / d sig
+        gx = 0.0 + sig * (1.0 - sig) * gs            # the sigmoid kernel's partial
+        vg[0] = 0.0 + k * gx                         # d (e * k) / d e
         pg[o, 0] = 0.0
         pg[o, 1] = 0.0
         _phase_bwd(vg, pg, 0, o, alpha[r])
         _lincomb_pair_bwd(pg, index, coef, o, offsets[r], offsets[r + 1] - offsets[r])
     return s + c
+
+
+@njit(**JIT)
+def replay_chunks(pv, pg, val, vg, offsets, index, coef, alpha, results, order, micro, chunks,
+                  k, scale, scratch, with_grad, chunk_grads, sse):
+    """`replay_chunk` for each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``):
+    its loss into ``sse[c]`` and, with `with_grad`, its parameter gradients into
+    ``chunk_grads[c]``. One call per worker and batch, so Python is not in the loop."""
+    p = pv.shape[0] - 1
+    n = order.shape[0]
+    for c in chunks:
+        rows = order[c * micro: min(n, (c + 1) * micro)]
+        sse[c] = replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
+                              scale, scratch, with_grad)
+        if with_grad:
+            chunk_grads[c, :, :] = pg[:p, :]

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuner.tape import TapeFullError, grow, new_accumulator, new_tape, reset
 from .kernels import reduce_chunks, texel_chunk
-from .replay import replay_chunk
+from .replay import replay_chunks
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
@@ -61,7 +61,7 @@ class Workers:
             self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
             self.val = [np.zeros(1) for _ in range(n_threads)]
             self.vg = [np.zeros(1) for _ in range(n_threads)]
-            self.evals = [np.zeros(micro) for _ in range(n_threads)]
+            self.scratch = [np.zeros((3, micro)) for _ in range(n_threads)]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -69,15 +69,6 @@ class Workers:
 
     def _run_chunk(self, w, params, positions, results, order, start, stop, k, scale, c,
                    with_grad):
-        if self.store is not None:
-            st, pv, pg = self.store, self.pv[w], self.pg[w]
-            pv[: self.n_params] = params
-            sse = replay_chunk(pv, pg, self.val[w], self.vg[w], st.offsets, st.index, st.coef,
-                               st.alpha, results, order[start:stop], k, scale, self.evals[w],
-                               with_grad)
-            if with_grad:
-                self.chunk_grads[c] = pg[: self.n_params]
-            return sse
         while True:
             tape = self.tapes[w]
             tape.pair_val[: self.n_params] = params
@@ -104,6 +95,14 @@ class Workers:
         scale = 1.0 / n
 
         def work(w):
+            if self.store is not None:  # replay: one compiled call for all of w's chunks
+                st, pv = self.store, self.pv[w]
+                pv[: self.n_params] = params
+                replay_chunks(pv, self.pg[w], self.val[w], self.vg[w], st.offsets, st.index,
+                              st.coef, st.alpha, results, order, self.micro,
+                              np.arange(w, n_chunks, self.n_threads), k, scale, self.scratch[w],
+                              with_grad, self.chunk_grads, sse)
+                return
             for c in range(w, n_chunks, self.n_threads):
                 start = c * self.micro
                 stop = min(n, start + self.micro)
