@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -160,22 +161,35 @@ def build_store(evaluation, positions: np.ndarray, n_threads: int, micro: int = 
                        np.concatenate([p[2] for p in parts]))
 
 
-@njit(**JIT)
-def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k, scale,
-                 scratch, with_grad):
-    """Texel loss of positions `rows` from their stored linear forms, and its gradient.
+class ChunkBuffer(NamedTuple):
+    """A worker's contiguous copy of one micro-batch's linear forms (about 120 KB: L2-resident)."""
 
-    `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
-    working pair in row P. `val` / `vg` hold one working value; `scratch` is float64[3, len(rows)].
-    The parameter gradients of ``scale * sum of losses`` are left in ``pg[:P]``. Returns the
-    unscaled sum of squared errors (as `tuner.train.kernels.texel_chunk` does).
+    offsets: np.ndarray   # int64[micro + 1]
+    index: np.ndarray     # like ReplayStore.index, micro * max_terms entries
+    coef: np.ndarray      # like ReplayStore.coef
+    alpha: np.ndarray     # float64[micro]
+    result: np.ndarray    # float64[micro]
+    scratch: np.ndarray   # float64[3, micro]: x = k * eval, sigmoid(x), residual
+
+
+def new_chunk_buffer(store: ReplayStore, micro: int) -> ChunkBuffer:
+    terms = int(np.max(np.diff(store.offsets))) if len(store) else 0
+    return ChunkBuffer(np.zeros(micro + 1, np.int64), np.zeros(micro * terms, store.index.dtype),
+                       np.zeros(micro * terms, store.coef.dtype), np.zeros(micro),
+                       np.zeros(micro), np.zeros((3, micro)))
+
+
+@njit(**JIT)
+def _gather(offsets, index, coef, alpha, results, rows, buf):
+    """Copy the linear forms of positions `rows` into `buf`, in order.
+
+    Rows come in shuffled order, so every position is a few cache misses away. A plain copy loop
+    keeps many of those misses in flight at once (with prefetching ahead), which the arithmetic
+    sweeps, with their long dependency chains, cannot; they then run on cache-resident data.
     """
-    o = pv.shape[0] - 1
     n = rows.shape[0]
-    s = 0.0
-    c = 0.0
+    m = 0
     for i in range(n):
-        # Positions come in shuffled order: fetch ahead what the next ones will read.
         if i + PREFETCH_ROW < n:
             ahead = rows[i + PREFETCH_ROW]
             _prefetch(offsets, ahead)
@@ -186,12 +200,36 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
             _prefetch(index, q)
             _prefetch(coef, q)
         r = rows[i]
-        _lincomb_pair_fwd(pv, index, coef, o, offsets[r], offsets[r + 1] - offsets[r])
-        _phase_fwd(val, pv, 0, o, alpha[r])
+        buf.offsets[i] = m
+        for q in range(offsets[r], offsets[r + 1]):
+            buf.index[m] = index[q]
+            buf.coef[m] = coef[q]
+            m += 1
+        buf.alpha[i] = alpha[r]
+        buf.result[i] = results[r]
+    buf.offsets[n] = m
+
+
+@njit(**JIT)
+def replay_chunk(pv, pg, val, vg, buf, n, k, scale, with_grad):
+    """Texel loss of the `n` positions gathered in `buf`, and its gradient.
+
+    `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
+    working pair in row P; `val` / `vg` hold one working value. The parameter gradients of
+    ``scale * sum of losses`` are left in ``pg[:P]``. Returns the unscaled sum of squared errors
+    (as `tuner.train.kernels.texel_chunk` does).
+    """
+    o = pv.shape[0] - 1
+    off, index, coef, alpha, sc = buf.offsets, buf.index, buf.coef, buf.alpha, buf.scratch
+    s = 0.0
+    c = 0.0
+    for i in range(n):
+        _lincomb_pair_fwd(pv, index, coef, o, off[i], off[i + 1] - off[i])
+        _phase_fwd(val, pv, 0, o, alpha[i])
         x = kernel(K_MUL, val[0], k)[0]
         sig = kernel(K_SIGMOID, x, 0.0)[0]
-        d = kernel(K_SUB, sig, results[r])[0]
-        scratch[0, i], scratch[1, i], scratch[2, i] = x, sig, d
+        d = kernel(K_SUB, sig, buf.result[i])[0]
+        sc[0, i], sc[1, i], sc[2, i] = x, sig, d
         s, c = neumaier_add(s, c, kernel(K_MUL, d, d)[0])
     if not with_grad:
         return s + c
@@ -200,8 +238,7 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
     # even the signs of zeros agree.
     g = 0.0 + kernel(K_MUL, 0.0, scale)[1] * 1.0     # d(scale * sum) / d sum
     for i in range(n - 1, -1, -1):                   # the eager backward order
-        r = rows[i]
-        x, sig, d = scratch[0, i], scratch[1, i], scratch[2, i]
+        sig, d = sc[1, i], sc[2, i]
         gd = 0.0 + d * g
         gd += d * g                                  # d * d: both operands
         gs = 0.0 + 1.0 * gd                          # d (sig - result) / d sig
@@ -209,22 +246,22 @@ def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
         vg[0] = 0.0 + k * gx                         # d (e * k) / d e
         pg[o, 0] = 0.0
         pg[o, 1] = 0.0
-        _phase_bwd(vg, pg, 0, o, alpha[r])
-        _lincomb_pair_bwd(pg, index, coef, o, offsets[r], offsets[r + 1] - offsets[r])
+        _phase_bwd(vg, pg, 0, o, alpha[i])
+        _lincomb_pair_bwd(pg, index, coef, o, off[i], off[i + 1] - off[i])
     return s + c
 
 
 @njit(**JIT)
 def replay_chunks(pv, pg, val, vg, offsets, index, coef, alpha, results, order, micro, chunks,
-                  k, scale, scratch, with_grad, chunk_grads, sse):
-    """`replay_chunk` for each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``):
+                  k, scale, buf, with_grad, chunk_grads, sse):
+    """For each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``): gather, replay,
     its loss into ``sse[c]`` and, with `with_grad`, its parameter gradients into
     ``chunk_grads[c]``. One call per worker and batch, so Python is not in the loop."""
     p = pv.shape[0] - 1
     n = order.shape[0]
     for c in chunks:
         rows = order[c * micro: min(n, (c + 1) * micro)]
-        sse[c] = replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
-                              scale, scratch, with_grad)
+        _gather(offsets, index, coef, alpha, results, rows, buf)
+        sse[c] = replay_chunk(pv, pg, val, vg, buf, rows.shape[0], k, scale, with_grad)
         if with_grad:
             chunk_grads[c, :, :] = pg[:p, :]
