@@ -207,7 +207,10 @@ def test_non_finite_parameter_stops_the_run(tmp_path, tiny_cfg, tiny, value, ent
     with pytest.raises(TrainingError) as e:
         run.run(tiny)
     msg = str(e.value)
-    assert re.match(r"epoch 2, batch \d+: the loss or its gradient is not finite", msg), msg
+    # An entry that no position uses cannot make the loss non-finite; the range check on the
+    # parameters catches it instead.
+    assert re.match(r"epoch 2, batch \d+: (the loss or its gradient is not finite"
+                    r"|a parameter left the range)", msg), msg
     assert f"(epoch 1) is kept in {tmp_path / CHECKPOINT}" in msg
     for n, data in files.items():
         assert (tmp_path / n).read_bytes() == data, n

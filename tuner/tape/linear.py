@@ -12,8 +12,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .arena import Tape, ensure_room
-from .ops import operand_mark, push_operand, record_lincomb_pair
+from .arena import C_OPERANDS, Tape, ensure_room
+from .ops import operand_mark, record_lincomb_pair
 
 JIT = dict(cache=True, nogil=True)
 
@@ -66,12 +66,17 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
             n += 1
     ensure_room(t, 1, 0, 1, n)
     first = operand_mark(t)
+    idx, cf = t.opnd_index, t.opnd_coef
+    q = first
     for i in range(acc.count[0]):
         j = acc.touched[i]
         c = acc.coef[j]
-        if c != 0:
-            push_operand(t, j, float(c))
+        if c != 0:  # room was checked above: write the operands directly
+            idx[q] = j
+            cf[q] = c
+            q += 1
         acc.coef[j] = 0
         acc.seen[j] = 0
     acc.count[0] = 0
+    t.counts[C_OPERANDS] = q
     return record_lincomb_pair(t, first)

@@ -37,6 +37,8 @@ from .replay import ReplayUnsupported, build_store
 from .workers import Workers, resolve_threads
 
 CHECKPOINT = "checkpoint.npz"
+#: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
+MAX_PARAM = 1e9
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
 
 
@@ -97,6 +99,8 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
         except FileNotFoundError:
             raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
                               f"'zero', 'default' or 'random')") from None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ConfigError(f"[evaluation] init: {path} is not a parameter file: {e}") from None
         if loaded.names != registry.names or loaded.n_params != n:
             raise ConfigError(f"[evaluation] init: {path} does not hold the parameters of "
                               f"this evaluation")
@@ -119,7 +123,10 @@ class Run:
         self.epochs = epochs if epochs is not None else tr["epochs"]
         self.n_threads = resolve_threads(tr["threads"] if threads is None else threads)
         self.progress = sys.stderr.isatty() if progress is None else progress
-        self.evaluation = get_evaluation(cfg["evaluation"]["name"])
+        try:
+            self.evaluation = get_evaluation(cfg["evaluation"]["name"])
+        except ValueError as e:
+            raise ConfigError(f"{cfg.path or 'config'}: [evaluation] name: {e}") from None
         self.registry = self.evaluation.registry
         try:
             check_patterns(self.registry, cfg["freeze"]["stages"])
@@ -167,8 +174,10 @@ class Run:
                 self.step, self.epoch = int(z["step"]), int(z["epoch"])
                 self.rng.bit_generator.state = json.loads(str(z["rng"]))
                 self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
-        except (OSError, ValueError, KeyError) as e:
-            raise TrainingError(f"{path}: unreadable checkpoint: {e}") from None
+        except TrainingError:
+            raise
+        except Exception as e:  # a damaged file fails in zipfile, numpy or json, in many ways
+            raise TrainingError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
 
     def write_params(self) -> None:
         atomic_write(self.out / "params.json", self.registry.dumps(self.params))
@@ -214,12 +223,12 @@ class Run:
                 batch = order[b * bs:(b + 1) * bs]
                 sse, grad = workers.loss_grad(self.params, data.positions, data.results, batch, k)
                 if not (math.isfinite(sse) and np.isfinite(grad).all()):
-                    raise TrainingError(
-                        f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not finite "
-                        f"(loss {sse / len(batch)!r}); stopped. The last good checkpoint "
-                        f"(epoch {self.epoch}) is kept in {self.out / CHECKPOINT}; try a "
-                        f"smaller learning rate")
+                    self.diverged(f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not "
+                                  f"finite (loss {sse / len(batch)!r})")
                 self.optimizer_step(grad, lr, mask)
+                if not np.all(np.abs(self.params) < MAX_PARAM):  # also catches NaN
+                    self.diverged(f"epoch {e + 1}, batch {b + 1}: a parameter left the range "
+                                  f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
                 if bar is not None:
                     done = min(len(order), (b + 1) * bs)
@@ -235,10 +244,17 @@ class Run:
             val_sse, _ = workers.loss_grad(self.params, data.positions, data.results, data.val,
                                            k, with_grad=False)
             val_loss = val_sse / len(data.val)
-        if not math.isfinite(train_loss):
-            raise TrainingError(f"epoch {e + 1}: training loss is {train_loss}; stopped")
+            if not math.isfinite(val_loss):
+                self.diverged(f"epoch {e + 1}: the validation loss is {val_loss}")
         return dict(epoch=e + 1, train_loss=train_loss, val_loss=val_loss, lr=lr,
                     seconds=train_seconds, positions_per_s=len(order) / train_seconds)
+
+    def diverged(self, what: str):
+        """Stop the run: say what happened and which checkpoint is kept."""
+        kept = (f"the last good checkpoint (epoch {self.epoch}) is kept in "
+                f"{self.out / CHECKPOINT}" if self.epoch > 0 and (self.out / CHECKPOINT).exists()
+                else "no checkpoint was written (no epoch completed)")
+        raise TrainingError(f"{what}; training stopped, {kept}. Try a smaller learning rate.")
 
     def replay_store(self, data: Data):
         """The recorded linear forms of every position, or None for eager epochs."""
