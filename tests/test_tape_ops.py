@@ -1,0 +1,485 @@
+"""Every op of the tape's op table (tuner/tape/ops.py): forward against a NumPy reference, gradient
+(with respect to every value and pair input, mg and eg separately) against central finite
+differences of the recorded function, at 50 seeded random points per op.
+
+The function under test is recorded through the `Graph` front end; its inputs are parameters (the
+first value / pair slots), and in a second, lighter pass leaves. A pair output is differentiated one
+component at a time through `phase(1.0)` (= mg) and `phase(0.0)` (= eg), so each test sees the full
+Jacobian. The recorded tags are checked too, so the front end is known to route each case to the op
+it names.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from decimal import Decimal, localcontext
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pytest
+
+from tuner.tape import Graph, Value
+from tuner.tape import ops
+from tuner.tape.arena import C_RECORDS
+
+POINTS = 50          # random points per op (parameter inputs)
+LEAF_POINTS = 10     # random points per op (leaf inputs)
+FD_REL_STEP = 1e-6   # central-difference step, relative to max(1, |x|)
+GRAD_RTOL = 1e-6
+GRAD_ATOL = 1e-9     # times max(1, |output|): the rounding noise of the difference quotient
+
+
+def U(rng, lo, hi):
+    return float(rng.uniform(lo, hi))
+
+
+def away(rng, lo, hi):
+    """Uniform in [lo, hi] with a random sign (keeps a divisor away from 0)."""
+    return float(rng.choice([-1.0, 1.0]) * rng.uniform(lo, hi))
+
+
+class Case(NamedTuple):
+    name: str
+    tags: tuple                       # expected record tags, in order
+    sample: Callable                  # rng -> (values, pairs, consts)
+    build: Callable                   # (graph, [Value], [Pair], consts) -> Value | Pair
+    ref: Callable                     # (values, pairs (n, 2), consts) -> float | (mg, eg)
+    jac: Callable | None = None       # optional exact Jacobian (n_out, n_in), checked besides FD
+
+
+def vals(*gens):
+    """A sampler of value inputs only."""
+    return lambda rng: ([g(rng) for g in gens], [], {})
+
+
+def std(rng):
+    return U(rng, -3, 3)
+
+
+def pos(rng):
+    return U(rng, 0.2, 3)
+
+
+def nz(rng):
+    return away(rng, 0.5, 3)
+
+
+def pair_std(rng):
+    return (U(rng, -3, 3), U(rng, -3, 3))
+
+
+def pair_nz(rng):
+    return (away(rng, 0.5, 3), away(rng, 0.5, 3))
+
+
+def with_const(sampler, **consts):
+    """Add constants drawn by `consts[name](rng)` to a sampler."""
+    def sample(rng):
+        v, p, c = sampler(rng)
+        return v, p, dict(c, **{k: g(rng) for k, g in consts.items()})
+    return sample
+
+
+def io(nv=0, npairs=0, pair_gen=pair_std, val_gen=std):
+    return lambda rng: ([val_gen(rng) for _ in range(nv)],
+                        [pair_gen(rng) for _ in range(npairs)], {})
+
+
+def sig(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# add_clamped_eg: the four sign cases, 0.05 away from every kink.
+def clamped_sample(eg_sign, crosses):
+    def sample(rng):
+        mg = U(rng, -3, 3)
+        eg = eg_sign * U(rng, 0.05, 3)
+        target = (-eg_sign if crosses else eg_sign) * U(rng, 0.05, 3)  # eg + v
+        return [target - eg], [(mg, eg)], {}
+    return sample
+
+
+def clamped_ref(v, p, c):
+    eg, x = p[0, 1], v[0]
+    keeps = (eg > 0 and eg + x > 0) or (eg < 0 and eg + x < 0)
+    return (p[0, 0], eg + x if keeps else 0.0)
+
+
+def clamped_jac(v, p, c):
+    """Rows (mg, eg), columns (v, mg, eg)."""
+    eg, x = p[0, 1], v[0]
+    keeps = (eg > 0 and eg + x > 0) or (eg < 0 and eg + x < 0)
+    return np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0] if keeps else [0.0, 0.0, 0.0]])
+
+
+def nary_indices(rng, n):
+    """2..8 operand indices into n inputs, at least one of them repeated."""
+    idx = list(rng.integers(0, n, size=int(rng.integers(1, 8))))
+    return idx + [idx[int(rng.integers(0, len(idx)))]]
+
+
+def nary_sample(nv, npairs):
+    def sample(rng):
+        v = [std(rng) for _ in range(nv)]
+        p = [pair_std(rng) for _ in range(npairs)]
+        idx = nary_indices(rng, nv or npairs)
+        return v, p, {"idx": idx, "coef": [U(rng, -3, 3) for _ in idx]}
+    return sample
+
+
+CASES = [
+    # Value ops, value x value.
+    Case("add", ("vv:add",), io(2), lambda g, V, P, c: V[0] + V[1], lambda v, p, c: v[0] + v[1]),
+    Case("sub", ("vv:sub",), io(2), lambda g, V, P, c: V[0] - V[1], lambda v, p, c: v[0] - v[1]),
+    Case("mul", ("vv:mul",), io(2), lambda g, V, P, c: V[0] * V[1], lambda v, p, c: v[0] * v[1]),
+    Case("mul_self", ("vv:mul",), io(1), lambda g, V, P, c: V[0] * V[0],
+         lambda v, p, c: v[0] * v[0], lambda v, p, c: np.array([[2.0 * v[0]]])),
+    Case("div", ("vv:div",), vals(std, nz), lambda g, V, P, c: V[0] / V[1],
+         lambda v, p, c: v[0] / v[1]),
+    Case("pow", ("vv:pow",), vals(pos, lambda r: U(r, -2, 2.5)), lambda g, V, P, c: V[0] ** V[1],
+         lambda v, p, c: np.power(v[0], v[1])),
+    # Value ops, unary.
+    Case("exp", ("v:exp",), vals(lambda r: U(r, -5, 5)), lambda g, V, P, c: V[0].exp(),
+         lambda v, p, c: np.exp(v[0])),
+    Case("log", ("v:log",), vals(lambda r: math.exp(U(r, -3, 3))), lambda g, V, P, c: V[0].log(),
+         lambda v, p, c: np.log(v[0])),
+    Case("sigmoid", ("v:sigmoid",), vals(lambda r: U(r, -10, 10)),
+         lambda g, V, P, c: V[0].sigmoid(), lambda v, p, c: sig(v[0])),
+    Case("neg", ("v:neg",), io(1), lambda g, V, P, c: -V[0], lambda v, p, c: -v[0]),
+    # Value ops with a constant.
+    Case("pow_const", ("vs:pow",), with_const(vals(pos), s=lambda r: U(r, -2, 3)),
+         lambda g, V, P, c: V[0] ** c["s"], lambda v, p, c: np.power(v[0], c["s"])),
+    Case("pow_const_negative_base", ("vs:pow",),
+         with_const(vals(lambda r: -pos(r)), s=lambda r: float(r.choice([2.0, 3.0, -1.0, -2.0]))),
+         lambda g, V, P, c: V[0] ** c["s"], lambda v, p, c: np.power(v[0], c["s"])),
+    Case("add_scalar", ("vs:add",), with_const(io(1), s=std), lambda g, V, P, c: V[0] + c["s"],
+         lambda v, p, c: v[0] + c["s"]),
+    Case("radd_scalar", ("vs:add",), with_const(io(1), s=std), lambda g, V, P, c: c["s"] + V[0],
+         lambda v, p, c: v[0] + c["s"]),
+    Case("sub_scalar", ("vs:sub",), with_const(io(1), s=std), lambda g, V, P, c: V[0] - c["s"],
+         lambda v, p, c: v[0] - c["s"]),
+    Case("scalar_sub", ("sv:sub",), with_const(io(1), s=std), lambda g, V, P, c: c["s"] - V[0],
+         lambda v, p, c: c["s"] - v[0]),
+    Case("mul_scalar", ("vs:mul",), with_const(io(1), s=std), lambda g, V, P, c: V[0] * c["s"],
+         lambda v, p, c: v[0] * c["s"]),
+    Case("rmul_scalar", ("vs:mul",), with_const(io(1), s=std), lambda g, V, P, c: c["s"] * V[0],
+         lambda v, p, c: v[0] * c["s"]),
+    Case("div_scalar", ("vs:div",), with_const(io(1), s=nz), lambda g, V, P, c: V[0] / c["s"],
+         lambda v, p, c: v[0] / c["s"]),
+    Case("scalar_div", ("sv:div",), with_const(vals(nz), s=std), lambda g, V, P, c: c["s"] / V[0],
+         lambda v, p, c: c["s"] / v[0]),
+    # Pair ops.
+    Case("pair_add", ("pp:add",), io(0, 2), lambda g, V, P, c: P[0] + P[1],
+         lambda v, p, c: p[0] + p[1]),
+    Case("pair_sub", ("pp:sub",), io(0, 2), lambda g, V, P, c: P[0] - P[1],
+         lambda v, p, c: p[0] - p[1]),
+    Case("pair_mul", ("pp:mul",), io(0, 2), lambda g, V, P, c: P[0] * P[1],
+         lambda v, p, c: p[0] * p[1]),
+    Case("pair_mul_self", ("pp:mul",), io(0, 1), lambda g, V, P, c: P[0] * P[0],
+         lambda v, p, c: p[0] * p[0]),
+    Case("pair_neg", ("p:neg",), io(0, 1), lambda g, V, P, c: -P[0], lambda v, p, c: -p[0]),
+    Case("pair_sigmoid", ("p:sigmoid",),
+         io(0, 1, pair_gen=lambda r: (U(r, -10, 10), U(r, -10, 10))),
+         lambda g, V, P, c: P[0].sigmoid(), lambda v, p, c: sig(p[0])),
+    Case("pair_mul_scalar", ("ps:mul",), with_const(io(0, 1), s=std),
+         lambda g, V, P, c: P[0] * c["s"], lambda v, p, c: p[0] * c["s"]),
+    Case("pair_rmul_scalar", ("ps:mul",), with_const(io(0, 1), s=std),
+         lambda g, V, P, c: c["s"] * P[0], lambda v, p, c: p[0] * c["s"]),
+    Case("pair_div_scalar", ("ps:div",), with_const(io(0, 1), s=nz),
+         lambda g, V, P, c: P[0] / c["s"], lambda v, p, c: p[0] / c["s"]),
+    Case("scalar_div_pair", ("sp:div",), with_const(io(0, 1, pair_gen=pair_nz), s=std),
+         lambda g, V, P, c: c["s"] / P[0], lambda v, p, c: c["s"] / p[0]),
+    Case("pair_mul_value", ("pv:mul",), io(1, 1), lambda g, V, P, c: P[0] * V[0],
+         lambda v, p, c: p[0] * v[0]),
+    Case("value_mul_pair", ("vp:mul",), io(1, 1), lambda g, V, P, c: V[0] * P[0],
+         lambda v, p, c: v[0] * p[0]),
+    Case("pair_div_value", ("pv:div",), io(1, 1, val_gen=nz), lambda g, V, P, c: P[0] / V[0],
+         lambda v, p, c: p[0] / v[0]),
+    Case("value_div_pair", ("vp:div",), io(1, 1, pair_gen=pair_nz),
+         lambda g, V, P, c: V[0] / P[0], lambda v, p, c: v[0] / p[0]),
+    Case("eg_scale", ("eg_scale",), with_const(io(0, 1), s=lambda r: U(r, 0, 2)),
+         lambda g, V, P, c: P[0].eg_scale(c["s"]),
+         lambda v, p, c: np.array([p[0, 0], p[0, 1] * c["s"]])),
+    Case("add_clamped_eg_pos_keeps", ("add_clamped_eg",), clamped_sample(+1, False),
+         lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
+    Case("add_clamped_eg_pos_clamped", ("add_clamped_eg",), clamped_sample(+1, True),
+         lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
+    Case("add_clamped_eg_neg_keeps", ("add_clamped_eg",), clamped_sample(-1, False),
+         lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
+    Case("add_clamped_eg_neg_clamped", ("add_clamped_eg",), clamped_sample(-1, True),
+         lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
+    Case("phase", ("phase",), with_const(io(0, 1), alpha=lambda r: U(r, 0, 1)),
+         lambda g, V, P, c: P[0].phase(c["alpha"]),
+         lambda v, p, c: c["alpha"] * p[0, 0] + (1 - c["alpha"]) * p[0, 1]),
+    # N-ary ops (repeated operands included).
+    Case("sum", ("sum",), nary_sample(4, 0), lambda g, V, P, c: g.sum([V[i] for i in c["idx"]]),
+         lambda v, p, c: math.fsum(v[i] for i in c["idx"]),
+         lambda v, p, c: np.bincount(c["idx"], minlength=4)[None, :].astype(float)),
+    Case("lincomb_value", ("lincomb_value",), nary_sample(4, 0),
+         lambda g, V, P, c: g.lincomb_value([V[i] for i in c["idx"]], c["coef"]),
+         lambda v, p, c: math.fsum(k * v[i] for i, k in zip(c["idx"], c["coef"]))),
+    Case("lincomb_pair", ("lincomb_pair",), nary_sample(0, 3),
+         lambda g, V, P, c: g.lincomb_pair([P[i] for i in c["idx"]], c["coef"]),
+         lambda v, p, c: np.array([math.fsum(k * p[i, j] for i, k in zip(c["idx"], c["coef"]))
+                                   for j in range(2)])),
+]
+
+TABLE_OPS = {  # every public recorder of the op table must be exercised above
+    "add", "sub", "mul", "div", "pow", "exp", "log", "sigmoid", "neg", "pow_const", "add_scalar",
+    "sub_scalar", "scalar_sub", "mul_scalar", "div_scalar", "scalar_div", "pair_add", "pair_sub",
+    "pair_mul", "pair_neg", "pair_sigmoid", "pair_mul_scalar", "pair_div_scalar",
+    "scalar_div_pair", "pair_mul_value", "value_mul_pair", "pair_div_value", "value_div_pair",
+    "eg_scale", "add_clamped_eg", "phase", "sum", "lincomb_pair", "lincomb_value",
+}
+
+
+def test_every_recorder_is_covered():
+    recorders = {n[len("record_"):] for n in dir(ops) if n.startswith("record_")}
+    assert recorders == TABLE_OPS
+    # A case is named after its op, possibly with a suffix (add_clamped_eg_pos_keeps, ...).
+    covered = {max((op for op in TABLE_OPS if c.name == op or c.name.startswith(op + "_")),
+                   key=len, default=None) for c in CASES}
+    assert TABLE_OPS <= covered
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers: record, Jacobian by backward, Jacobian by central differences.
+# ------------------------------------------------------------------------------------------------
+
+def record(case, v, p, c, leaves=False):
+    """Record `case` on a fresh graph; the graph, input handles and output handle."""
+    v = np.asarray(v, dtype=float)
+    p = np.asarray(p, dtype=float).reshape(-1, 2)
+    if leaves:
+        g = Graph(0, 0, records=256)
+        V = [g.value(x) for x in v]
+        P = [g.pair(mg, eg) for mg, eg in p]
+    else:
+        g = Graph(len(v), len(p), records=256)
+        g.tape.val[: len(v)] = v
+        g.tape.pair_val[: len(p)] = p
+        V = [g.value_param(i) for i in range(len(v))]
+        P = [g.pair_param(i) for i in range(len(p))]
+    out = case.build(g, V, P, c)
+    return g, V, P, out
+
+
+def outputs(out):
+    return np.array([out.value]) if isinstance(out, Value) else out.value
+
+
+def tags_of(g):
+    t = g.tape
+    return tuple(ops.tag_name(int(t.op[r])) for r in range(int(t.counts[C_RECORDS])))
+
+
+def tape_jacobian(case, v, p, c, leaves=False):
+    """Output and Jacobian (n_out, n_in) by backward; inputs ordered values, then (mg, eg) pairs."""
+    g, V, P, out = record(case, v, p, c, leaves)
+    assert tags_of(g) == case.tags
+    heads = [out] if isinstance(out, Value) else [out.phase(1.0), out.phase(0.0)]
+    rows = []
+    for head in heads:
+        g.zero_grad()
+        g.backward(head)
+        rows.append(np.concatenate([np.array([x.grad for x in V]),
+                                    np.array([q.grad for q in P]).reshape(-1)]))
+    return outputs(out), np.array(rows)
+
+
+def fd_jacobian(case, v, p, c, skip=()):
+    """Central differences of the recorded function (re-recorded at each point)."""
+    nv = len(v)
+    x0 = np.concatenate([np.asarray(v, float), np.asarray(p, float).reshape(-1)])
+
+    def f(x):
+        return outputs(record(case, x[:nv], x[nv:], c)[3])
+
+    cols = []
+    for i in range(len(x0)):
+        if i in skip:
+            cols.append(np.full(len(f(x0)), np.nan))
+            continue
+        h = FD_REL_STEP * max(1.0, abs(x0[i]))
+        xp, xm = x0.copy(), x0.copy()
+        xp[i] += h
+        xm[i] -= h
+        cols.append((f(xp) - f(xm)) / (xp[i] - xm[i]))
+    return np.array(cols).T
+
+
+def assert_grad_close(actual, fd, out, what=""):
+    mask = ~np.isnan(fd)
+    np.testing.assert_allclose(actual[mask], fd[mask], rtol=GRAD_RTOL,
+                               atol=GRAD_ATOL * max(1.0, float(np.max(np.abs(out)))),
+                               err_msg=what)
+
+
+def case_rng(case, salt=""):
+    return np.random.default_rng(zlib.crc32((case.name + salt).encode()))
+
+
+# ------------------------------------------------------------------------------------------------
+# The op table.
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_forward_and_gradient(case):
+    rng = case_rng(case)
+    for k in range(POINTS):
+        v, p, c = case.sample(rng)
+        what = f"{case.name} point {k}: values={v} pairs={p} consts={c}"
+        out, jac = tape_jacobian(case, v, p, c)
+        ref = np.atleast_1d(np.asarray(case.ref(np.array(v, float),
+                                                 np.array(p, float).reshape(-1, 2), c), float))
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13, err_msg=what)
+        assert_grad_close(jac, fd_jacobian(case, v, p, c), out, what)
+        if case.jac is not None:
+            np.testing.assert_allclose(jac, case.jac(np.array(v, float),
+                                                     np.array(p, float).reshape(-1, 2), c),
+                                       rtol=1e-12, atol=0, err_msg=what)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_with_leaf_inputs(case):
+    """Leaves (constants, not parameters) get the same values and gradients as parameters."""
+    rng = case_rng(case, "leaf")
+    for _ in range(LEAF_POINTS):
+        v, p, c = case.sample(rng)
+        out_p, jac_p = tape_jacobian(case, v, p, c)
+        out_l, jac_l = tape_jacobian(case, v, p, c, leaves=True)
+        np.testing.assert_array_equal(out_l, out_p)
+        np.testing.assert_array_equal(jac_l, jac_p)
+
+
+# ------------------------------------------------------------------------------------------------
+# add_clamped_eg at and next to its kinks.
+# ------------------------------------------------------------------------------------------------
+
+CLAMPED = next(c for c in CASES if c.name == "add_clamped_eg_pos_keeps")
+
+
+def test_add_clamped_eg_zero_eg_is_unchanged():
+    """eg == 0 stays 0 whatever v is; its gradient passes to eg (not to v), mg passes through."""
+    rng = np.random.default_rng(7)
+    for _ in range(POINTS):
+        mg, x = U(rng, -3, 3), away(rng, 0.01, 3)
+        for eg in (0.0, -0.0):
+            what = f"mg={mg} eg={eg} v={x}"
+            out, jac = tape_jacobian(CLAMPED, [x], [(mg, eg)], {})
+            assert out[0] == mg and out[1] == 0.0, what
+            np.testing.assert_array_equal(jac, [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], err_msg=what)
+            # v and mg can be perturbed without leaving the branch; eg cannot (it is the kink).
+            fd = fd_jacobian(CLAMPED, [x], [(mg, eg)], {}, skip=(2,))
+            assert_grad_close(jac, fd, out, what)
+
+
+@pytest.mark.parametrize("eg", [1.5, -1.5, 2.0 ** -30, -(2.0 ** -30)])
+def test_add_clamped_eg_exactly_reaching_zero(eg):
+    """eg + v == 0 is clamped (value 0), and both branches agree there (continuity)."""
+    out, _ = tape_jacobian(CLAMPED, [-eg], [(0.25, eg)], {})
+    assert out[0] == 0.25 and out[1] == 0.0
+    for side in (1e-9, -1e-9):  # just inside each branch: the value tends to 0 from both
+        x = -eg + side * abs(eg)
+        out_s, _ = tape_jacobian(CLAMPED, [x], [(0.25, eg)], {})
+        assert abs(out_s[1]) <= 1e-9 * abs(eg) * 1.0001
+
+
+def test_add_clamped_eg_sign_is_never_flipped():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        eg, x = U(rng, -3, 3), U(rng, -6, 6)
+        out, _ = tape_jacobian(CLAMPED, [x], [(0.0, eg)], {})
+        assert out[1] * eg >= 0.0 and abs(out[1]) <= max(abs(eg), abs(eg + x))
+
+
+# ------------------------------------------------------------------------------------------------
+# Sigmoid at large |x|.
+# ------------------------------------------------------------------------------------------------
+
+def _sigmoid_decimal(x):
+    """(sigmoid(x), sigmoid'(x)) to ~50 digits, rounded to float."""
+    if abs(x) > 1000.0:  # e^-1000 is far below the smallest subnormal
+        return (1.0 if x > 0 else 0.0), 0.0
+    with localcontext() as ctx:
+        ctx.prec = 60
+        e = (-Decimal(x)).exp()
+        return float(1 / (1 + e)), float(e / ((1 + e) * (1 + e)))
+
+
+LARGE = [0.0, 5.0, 20.0, 30.0, 36.0, 37.0, 40.0, 50.0, 100.0, 500.0, 700.0, 709.0, 710.0, 745.0,
+         746.0, 800.0, 1e4, 1e300, 1.7e308, math.inf]
+
+
+@pytest.mark.parametrize("x", LARGE + [-x for x in LARGE[1:]])
+def test_sigmoid_large_arguments(x):
+    """No overflow or NaN anywhere; the value is accurate to a few ulp (also subnormal results);
+    the gradient is accurate relative to itself for x <= 0 and to 2^-52 absolutely for x > 0
+    (out * (1 - out) cannot resolve 1 - out below the spacing of floats near 1)."""
+    ref, dref = _sigmoid_decimal(x)
+    for form in ("value", "pair"):
+        g = Graph(1, 1)
+        if form == "value":
+            g.tape.val[0] = x
+            h = g.value_param(0).sigmoid()
+            val = h.value
+        else:
+            g.tape.pair_val[0] = (x, -x)
+            h = g.pair_param(0).sigmoid()
+            val = h.value[0]
+            ref_eg = _sigmoid_decimal(-x)[0]
+            assert abs(h.value[1] - ref_eg) <= 4 * math.ulp(ref_eg)
+            h = h.phase(1.0)
+        g.backward(h)
+        grad = g.tape.val_grad[0] if form == "value" else g.tape.pair_grad[0, 0]
+        assert math.isfinite(val) and 0.0 <= val <= 1.0
+        assert abs(val - ref) <= 4 * math.ulp(ref), (form, val, ref)
+        assert math.isfinite(grad) and 0.0 <= grad <= 0.25
+        if x <= 0:
+            assert abs(grad - dref) <= 1e-12 * dref + 4 * math.ulp(dref), (form, grad, dref)
+        else:
+            assert abs(grad - dref) <= 2.0 ** -52, (form, grad, dref)
+
+
+# ------------------------------------------------------------------------------------------------
+# Small semantic details of the table.
+# ------------------------------------------------------------------------------------------------
+
+def test_sum_ignores_coefficients_and_empty_nary_records_are_zero():
+    g = Graph(2, 1)
+    g.tape.val[:2] = (1.5, -4.0)
+    g.tape.pair_val[0] = (2.0, 3.0)
+    t = g.tape
+    first = ops.operand_mark(t)
+    ops.push_operand(t, 0, 7.0)
+    ops.push_operand(t, 1, -3.0)
+    s = ops.record_sum(t, first)
+    assert t.val[s] == -2.5
+    ops.backward(t, s)
+    np.testing.assert_array_equal(t.val_grad[:2], [1.0, 1.0])
+    for rec in (ops.record_sum, ops.record_lincomb_value):
+        o = rec(t, ops.operand_mark(t))
+        assert t.val[o] == 0.0
+    o = ops.record_lincomb_pair(t, ops.operand_mark(t))
+    np.testing.assert_array_equal(t.pair_val[o], [0.0, 0.0])
+
+
+def test_pow_of_integer_exponent_and_zero_base_forward():
+    """pow_const with integer exponents works on any base (the b-partial is not used)."""
+    g = Graph(1, 0)
+    for a in (0.0, -2.0, 3.0):
+        g.reset()
+        g.zero_grad()
+        g.tape.val[0] = a
+        y = g.value_param(0) ** 2.0
+        g.backward(y)
+        assert y.value == a * a
+        assert g.tape.val_grad[0] == 2.0 * a
+
+
+def test_output_seed_on_a_parameter():
+    """backward on a parameter itself seeds its gradient with 1 (and records nothing)."""
+    g = Graph(2, 0)
+    x = g.value_param(1)
+    g.backward(x)
+    np.testing.assert_array_equal(g.tape.val_grad[:2], [0.0, 1.0])
