@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-chess = pytest.importorskip("chess")
+import chess  # noqa: E402  (the dev extra installs it; a missing one is a failure)
+
+import shared  # noqa: E402
 
 from tuner.chess import attacks as A  # noqa: E402
 from tuner.chess import bitboard as B  # noqa: E402
@@ -22,15 +24,13 @@ from tuner.chess.position import (  # noqa: E402
     W_BLACK, W_META, W_PAWN, W_WHITE, castling_rook_file, ep_square, fullmove_number,
     halfmove_clock, parse_fen, parse_fen_list, phase, piece_on, side_to_move, to_fen, to_fens)
 
-DATASETS = "/work/shared/datasets"
-SPEC = "/work/shared/spec"
+DATASETS = str(shared.DATASETS)
+SPEC = str(shared.SPEC)
 N_STD = 14000
 N_DFRC = 8000
 # python-chess's own attackers() is slow (~1 ms/position); it is checked on this many positions
 # per source, and the full samples use counts derived from python-chess attack sets.
 N_ATTACKERS = 1500
-
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATASETS), reason="shared datasets not present")
 
 
 def _sample(name, n, seed):

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-chess = pytest.importorskip("chess")
+import chess  # noqa: E402  (the dev extra installs it; a missing one is a failure)
+
+import shared  # noqa: E402
 
 from tuner.chess import position as P  # noqa: E402
 from tuner.chess.position import (  # noqa: E402
@@ -19,7 +21,7 @@ from tuner.chess.position import (  # noqa: E402
     to_fens, to_fens_arrow)
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-DATASETS = "/work/shared/datasets"
+DATASETS = str(shared.DATASETS)
 FIELD_NAMES = ("fen", "piece placement", "side to move", "castling", "en passant",
                "half-move clock", "full-move number", "extra fields")
 _WS = re.compile(r"[ \t\n\r\v\f]+")
@@ -40,10 +42,8 @@ EXTRA_VALID = [
 def _pool():
     fens = list(EXTRA_VALID)
     for name in ("selfplay-std.parquet", "selfplay-dfrc.parquet"):
-        path = os.path.join(DATASETS, name)
-        if os.path.exists(path):
-            col = pq.read_table(path, columns=["fen"]).column("fen").to_pylist()
-            fens += col[:: max(1, len(col) // 150)]
+        col = pq.read_table(os.path.join(DATASETS, name), columns=["fen"]).column("fen").to_pylist()
+        fens += col[:: max(1, len(col) // 150)]
     return fens
 
 
@@ -430,7 +430,6 @@ def test_fuzz_bulk_lists(fens):
     _check(fens)
 
 
-@pytest.mark.skipif(not os.path.isdir(DATASETS), reason="shared datasets not present")
 @pytest.mark.parametrize("name", ["selfplay-std.parquet", "selfplay-dfrc.parquet"])
 def test_full_dataset_round_trip(name):
     """Every row of the shared datasets parses (bulk, from the Arrow column) and writes back to

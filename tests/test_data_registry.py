@@ -39,16 +39,26 @@ def test_shipped_entries_verify(no_env):
 
 
 @pytest.mark.parametrize("name", USER)
-def test_missing_user_set_says_how_to_create_it(no_env, name):
-    if (DATASETS / f"{name}.parquet").exists():
-        pytest.skip(f"{name} was converted on this machine")
+def test_missing_user_set_says_how_to_create_it(tmp_path, monkeypatch, name):
+    # A copy of the shipped registry in an empty folder: the user sets are missing there even on
+    # a machine where they were converted.
+    shutil.copy(DATASETS / "registry.toml", tmp_path / "registry.toml")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
     with pytest.raises(DatasetError) as e:
         load_dataset(name)
     msg = str(e.value)
     assert f"dataset '{name}'" in msg and "does not exist; create it with:" in msg
-    # relative to the working directory when below it (pytest runs from the repo root)
-    assert (f"tuner convert path/to/{name}.txt -o datasets/{name}.parquet" in msg
-            or f"tuner convert path/to/{name}.txt -o {DATASETS / name}.parquet" in msg), msg
+    assert f"tuner convert path/to/{name}.txt -o {tmp_path / name}.parquet" in msg, msg
+
+
+def test_missing_user_set_command_is_relative_below_the_working_directory(no_env, monkeypatch):
+    # pytest runs from the repository root: the command names datasets/NAME.parquet
+    monkeypatch.chdir(DATASETS.parent)
+    name = next((n for n in USER if not (DATASETS / f"{n}.parquet").exists()), None)
+    assert name is not None, "every user set was converted here; remove one to run this test"
+    with pytest.raises(DatasetError) as e:
+        load_dataset(name)
+    assert f"tuner convert path/to/{name}.txt -o datasets/{name}.parquet" in str(e.value)
 
 
 def make_registry(tmp: Path, sha: str | None = None, rows: int | None = 4000,

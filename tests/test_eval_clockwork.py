@@ -1,6 +1,6 @@
 """Clockwork reference evaluation: exact agreement with the engine's own numbers.
 
-Shared data (skipped if /work/shared/spec is missing): clockwork-eval-vectors.jsonl (integer eval,
+Shared data (../shared/spec, see tests/shared.py; missing data is a failure): clockwork-eval-vectors.jsonl (integer eval,
 mg, eg, phase, continuous tuner eval and every per-parameter net count of 3,024 positions) and the
 conformance files (FEN;white_pov_eval, 15,000 self-play positions).
 """
@@ -10,11 +10,13 @@ import os
 import numpy as np
 import pytest
 
+import shared
+
 from tuner.chess.position import parse_fen, parse_fen_list
 from tuner.evals import clockwork as cw
 from tuner.tape import backward, new_accumulator, new_tape, reset, zero_grad
 
-SPEC = os.environ.get("TUNER_SPEC_DIR", "/work/shared/spec")
+SPEC = str(shared.SPEC)
 VECTORS = os.path.join(SPEC, "clockwork-eval-vectors.jsonl")
 CONFORMANCE = [os.path.join(SPEC, f"conformance-selfplay-{v}.txt") for v in ("std", "dfrc")]
 
@@ -22,7 +24,6 @@ START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 KIWIPETE = "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
 ENDGAME = "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45"
 
-needs_spec = pytest.mark.skipif(not os.path.exists(VECTORS), reason="shared spec data not present")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,6 @@ def test_registry_layout(reg):
         reg.group("NOPE")
 
 
-@needs_spec
 def test_shipped_params_equal_spec_file(reg):
     from tuner.evals.registry import ParamRegistry
     spec = ParamRegistry.from_json(os.path.join(SPEC, "clockwork-params.json"))
@@ -80,7 +80,6 @@ def test_shipped_params_equal_spec_file(reg):
 
 # ----------------------------------------------------------------------------------- vectors
 
-@needs_spec
 def test_vector_feature_counts(vectors, reg):
     counts, phases = cw.feature_counts(vectors["pos"])
     assert np.array_equal(phases, vectors["phase"])
@@ -93,7 +92,6 @@ def test_vector_feature_counts(vectors, reg):
         pytest.fail(f"{bad.size} positions differ; first {vectors['fens'][i]}: (got, engine) {diff}")
 
 
-@needs_spec
 def test_vector_totals_and_evals(vectors):
     ie, cont, mg, eg, phase = cw.evaluate_positions(vectors["pos"])
     assert np.array_equal(phase, vectors["phase"])
@@ -103,7 +101,6 @@ def test_vector_totals_and_evals(vectors):
     assert np.max(np.abs(cont - vectors["tuner_eval"])) < 1e-9
 
 
-@needs_spec
 @pytest.mark.parametrize("path", CONFORMANCE, ids=["std", "dfrc"])
 def test_conformance(path):
     with open(path) as f:
@@ -118,7 +115,6 @@ def test_conformance(path):
 
 # ----------------------------------------------------------------------------------- tape
 
-@needs_spec
 def test_tape_value_and_gradient(vectors, reg):
     """record_eval's value is the continuous eval; backward gives (alpha c, (1 - alpha) c)."""
     n = reg.n_params
@@ -254,7 +250,6 @@ def _colour_flip(pos):
     return p
 
 
-@needs_spec
 def test_colour_flip_antisymmetry():
     """Every net count negates when the position is colour-flipped (tempo included)."""
     with open(CONFORMANCE[1]) as f:

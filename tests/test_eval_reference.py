@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shared
 from tuner.chess.position import parse_fen_list
 from tuner.evals import clockwork as cw
 
@@ -244,10 +245,9 @@ def test_reference_on_random_promotion_games(seed):
     _check(random_game_positions(seed))
 
 
-VECTORS = "/work/shared/spec/clockwork-eval-vectors.jsonl"
+VECTORS = str(shared.SPEC / "clockwork-eval-vectors.jsonl")
 
 
-@pytest.mark.skipif(not __import__("os").path.exists(VECTORS), reason="shared spec data not present")
 def test_reference_itself_matches_engine_vectors():
     """The oracle above is only worth something if it reproduces the engine's own counts."""
     import json

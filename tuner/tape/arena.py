@@ -81,13 +81,14 @@ def new_tape(n_value_params: int = 0, n_pair_params: int = 0, *, records: int = 
 
 
 def grow(tape: Tape, factor: int = 2) -> Tape:
-    """A copy of `tape` with every capacity multiplied by `factor` and the same contents."""
+    """A copy of `tape` with every capacity multiplied by `factor` (an empty one becomes
+    `factor`) and the same contents."""
     fields = {}
     for name, arr in tape._asdict().items():
         if name == "counts":
             fields[name] = arr.copy()
             continue
-        bigger = np.zeros((arr.shape[0] * factor,) + arr.shape[1:], dtype=arr.dtype)
+        bigger = np.zeros((max(arr.shape[0], 1) * factor,) + arr.shape[1:], dtype=arr.dtype)
         bigger[: arr.shape[0]] = arr
         fields[name] = bigger
     return Tape(**fields)
