@@ -31,8 +31,8 @@ from tuner.tape.ops import (F_LINCOMB_PAIR, F_PHASE, K_MUL, K_SIGMOID, K_SUB, _l
                             _lincomb_pair_fwd, _phase_bwd, _phase_fwd, kernel, neumaier_add)
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-#: How many positions ahead the forward sweep prefetches a position's index, and its operands.
-PREFETCH_ROW, PREFETCH_OPERANDS = 16, 8
+#: How many positions ahead the gather prefetches a position's header.
+PREFETCH_ROW = 16
 
 
 @intrinsic
@@ -162,57 +162,52 @@ def build_store(evaluation, positions: np.ndarray, n_threads: int, micro: int = 
 
 
 class ChunkBuffer(NamedTuple):
-    """A worker's contiguous copy of one micro-batch's linear forms (about 120 KB: L2-resident)."""
+    """A worker's contiguous copy of one micro-batch's position headers."""
 
-    offsets: np.ndarray   # int64[micro + 1]
-    index: np.ndarray     # like ReplayStore.index, micro * max_terms entries
-    coef: np.ndarray      # like ReplayStore.coef
+    first: np.ndarray     # int64[micro]: offset of the position's terms in the store
+    count: np.ndarray     # int64[micro]: its number of terms
     alpha: np.ndarray     # float64[micro]
     result: np.ndarray    # float64[micro]
     scratch: np.ndarray   # float64[3, micro]: x = k * eval, sigmoid(x), residual
 
 
-def new_chunk_buffer(store: ReplayStore, micro: int) -> ChunkBuffer:
-    terms = int(np.max(np.diff(store.offsets))) if len(store) else 0
-    return ChunkBuffer(np.zeros(micro + 1, np.int64), np.zeros(micro * terms, store.index.dtype),
-                       np.zeros(micro * terms, store.coef.dtype), np.zeros(micro),
+def new_chunk_buffer(micro: int) -> ChunkBuffer:
+    return ChunkBuffer(np.zeros(micro, np.int64), np.zeros(micro, np.int64), np.zeros(micro),
                        np.zeros(micro), np.zeros((3, micro)))
 
 
 @njit(**JIT)
 def _gather(offsets, index, coef, alpha, results, rows, buf):
-    """Copy the linear forms of positions `rows` into `buf`, in order.
+    """Copy the headers of positions `rows` into `buf`, in order, and prefetch their terms.
 
-    Rows come in shuffled order, so every position is a few cache misses away. A plain copy loop
-    keeps many of those misses in flight at once (with prefetching ahead), which the arithmetic
-    sweeps, with their long dependency chains, cannot; they then run on cache-resident data.
+    Rows come in shuffled order, so every position is a few cache misses away. This plain loop
+    keeps many of those misses in flight at once, which the arithmetic sweeps, with their long
+    dependency chains, cannot; the sweeps then find everything in cache.
     """
     n = rows.shape[0]
-    m = 0
+    first, count, b_alpha, b_result = buf.first, buf.count, buf.alpha, buf.result
     for i in range(n):
         if i + PREFETCH_ROW < n:
             ahead = rows[i + PREFETCH_ROW]
             _prefetch(offsets, ahead)
             _prefetch(alpha, ahead)
             _prefetch(results, ahead)
-        if i + PREFETCH_OPERANDS < n:
-            q = offsets[rows[i + PREFETCH_OPERANDS]]
+        r = rows[i]
+        q, end = offsets[r], offsets[r + 1]
+        first[i] = q
+        count[i] = end - q
+        b_alpha[i] = alpha[r]
+        b_result[i] = results[r]
+        while q < end:  # every cache line of the terms
             _prefetch(index, q)
             _prefetch(coef, q)
-        r = rows[i]
-        buf.offsets[i] = m
-        for q in range(offsets[r], offsets[r + 1]):
-            buf.index[m] = index[q]
-            buf.coef[m] = coef[q]
-            m += 1
-        buf.alpha[i] = alpha[r]
-        buf.result[i] = results[r]
-    buf.offsets[n] = m
+            q += 32
 
 
 @njit(**JIT)
-def replay_chunk(pv, pg, val, vg, buf, n, k, scale, with_grad):
-    """Texel loss of the `n` positions gathered in `buf`, and its gradient.
+def replay_chunk(pv, pg, val, vg, index, coef, buf, n, k, scale, with_grad):
+    """Texel loss of the `n` positions gathered in `buf` (terms in `index`, `coef`), and its
+    gradient.
 
     `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
     working pair in row P; `val` / `vg` hold one working value. The parameter gradients of
@@ -220,15 +215,15 @@ def replay_chunk(pv, pg, val, vg, buf, n, k, scale, with_grad):
     (as `tuner.train.kernels.texel_chunk` does).
     """
     o = pv.shape[0] - 1
-    off, index, coef, alpha, sc = buf.offsets, buf.index, buf.coef, buf.alpha, buf.scratch
+    first, count, alpha, result, sc = buf.first, buf.count, buf.alpha, buf.result, buf.scratch
     s = 0.0
     c = 0.0
     for i in range(n):
-        _lincomb_pair_fwd(pv, index, coef, o, off[i], off[i + 1] - off[i])
+        _lincomb_pair_fwd(pv, index, coef, o, first[i], count[i])
         _phase_fwd(val, pv, 0, o, alpha[i])
         x = kernel(K_MUL, val[0], k)[0]
         sig = kernel(K_SIGMOID, x, 0.0)[0]
-        d = kernel(K_SUB, sig, buf.result[i])[0]
+        d = kernel(K_SUB, sig, result[i])[0]
         sc[0, i], sc[1, i], sc[2, i] = x, sig, d
         s, c = neumaier_add(s, c, kernel(K_MUL, d, d)[0])
     if not with_grad:
@@ -247,7 +242,7 @@ def replay_chunk(pv, pg, val, vg, buf, n, k, scale, with_grad):
         pg[o, 0] = 0.0
         pg[o, 1] = 0.0
         _phase_bwd(vg, pg, 0, o, alpha[i])
-        _lincomb_pair_bwd(pg, index, coef, o, off[i], off[i + 1] - off[i])
+        _lincomb_pair_bwd(pg, index, coef, o, first[i], count[i])
     return s + c
 
 
@@ -262,6 +257,7 @@ def replay_chunks(pv, pg, val, vg, offsets, index, coef, alpha, results, order, 
     for c in chunks:
         rows = order[c * micro: min(n, (c + 1) * micro)]
         _gather(offsets, index, coef, alpha, results, rows, buf)
-        sse[c] = replay_chunk(pv, pg, val, vg, buf, rows.shape[0], k, scale, with_grad)
+        sse[c] = replay_chunk(pv, pg, val, vg, index, coef, buf, rows.shape[0], k, scale,
+                              with_grad)
         if with_grad:
             chunk_grads[c, :, :] = pg[:p, :]

@@ -61,7 +61,7 @@ class Workers:
             self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
             self.val = [np.zeros(1) for _ in range(n_threads)]
             self.vg = [np.zeros(1) for _ in range(n_threads)]
-            self.buffers = [new_chunk_buffer(store, micro) for _ in range(n_threads)]
+            self.buffers = [new_chunk_buffer(micro) for _ in range(n_threads)]
 
     def close(self) -> None:
         if self.pool is not None:
