@@ -60,23 +60,24 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     If the tape is full, TapeFullError is raised before anything changes (tape and accumulator),
     so the caller can grow the tape and call again.
     """
+    coef, seen, touched, m = acc.coef, acc.seen, acc.touched, acc.count[0]
     n = 0
-    for i in range(acc.count[0]):
-        if acc.coef[acc.touched[i]] != 0:
+    for i in range(m):
+        if coef[touched[i]] != 0:
             n += 1
     ensure_room(t, 1, 0, 1, n)
     first = operand_mark(t)
     idx, cf = t.opnd_index, t.opnd_coef
     q = first
-    for i in range(acc.count[0]):
-        j = acc.touched[i]
-        c = acc.coef[j]
+    for i in range(m):
+        j = touched[i]
+        c = coef[j]
         if c != 0:  # room was checked above: write the operands directly
             idx[q] = j
             cf[q] = c
             q += 1
-        acc.coef[j] = 0
-        acc.seen[j] = 0
+        coef[j] = 0
+        seen[j] = 0
     acc.count[0] = 0
     t.counts[C_OPERANDS] = q
     return record_lincomb_pair(t, first)
