@@ -6,9 +6,8 @@ Everything here takes and returns ``np.uint64`` (square indices are returned as 
 njit code, mixing uint64 with signed integers makes numba promote to float64, so every constant
 is a ``np.uint64`` and every shift count is cast explicitly.
 
-Directional shifts never wrap across board edges (spec section 1). The ``*_rel(bb, colour)``
-variants are the plain shifts for White and rotated by 180 degrees for Black
-(north <-> south, east <-> west, NE <-> SW, NW <-> SE).
+Directional shifts never wrap across board edges (spec section 1). Colour-relative directions
+are not needed: the evaluation mirrors Black's bitboards (`flip_vertical`) instead.
 """
 
 import numpy as np
@@ -214,47 +213,6 @@ def south_east(bb):
 @njit(cache=True, nogil=True)
 def south_west(bb):
     return (U64(bb) & NOT_FILE_A) >> _S9
-
-
-@njit(cache=True, nogil=True)
-def north_rel(bb, colour):
-    """Relative north ("forward"): north for White, south for Black."""
-    return north(bb) if colour == 0 else south(bb)
-
-
-@njit(cache=True, nogil=True)
-def south_rel(bb, colour):
-    return south(bb) if colour == 0 else north(bb)
-
-
-@njit(cache=True, nogil=True)
-def east_rel(bb, colour):
-    return east(bb) if colour == 0 else west(bb)
-
-
-@njit(cache=True, nogil=True)
-def west_rel(bb, colour):
-    return west(bb) if colour == 0 else east(bb)
-
-
-@njit(cache=True, nogil=True)
-def north_east_rel(bb, colour):
-    return north_east(bb) if colour == 0 else south_west(bb)
-
-
-@njit(cache=True, nogil=True)
-def north_west_rel(bb, colour):
-    return north_west(bb) if colour == 0 else south_east(bb)
-
-
-@njit(cache=True, nogil=True)
-def south_east_rel(bb, colour):
-    return south_east(bb) if colour == 0 else north_west(bb)
-
-
-@njit(cache=True, nogil=True)
-def south_west_rel(bb, colour):
-    return south_west(bb) if colour == 0 else north_east(bb)
 
 
 @njit(cache=True, nogil=True)
