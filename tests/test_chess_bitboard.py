@@ -62,16 +62,6 @@ def test_shifts(name):
     assert all(sig.return_type == types.uint64 for sig in fn.nopython_signatures)
 
 
-@pytest.mark.parametrize("name", sorted(SHIFTS))
-def test_relative_shifts(name):
-    fn = getattr(B, name + "_rel")
-    df, dr = SHIFTS[name]
-    for x in VALUES[::3]:
-        assert int(fn(np.uint64(x), 0)) == _shift(x, df, dr)
-        assert int(fn(np.uint64(x), 1)) == _shift(x, -df, -dr)  # rotated by 180 degrees
-    assert all(sig.return_type == types.uint64 for sig in fn.nopython_signatures)
-
-
 def test_square_helpers():
     for s in range(64):
         assert B.file_of(s) == s % 8 and B.rank_of(s) == s // 8
