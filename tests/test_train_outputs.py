@@ -11,7 +11,7 @@ from tuner.cli import main
 from tuner.evals import clockwork as cw
 from tuner.evals.registry import ParamRegistry
 from tuner.train.config import validate
-from tuner.train.loop import CHECKPOINT, HISTORY_FIELDS, Run, TrainingError, load_data, start_run
+from tuner.train.loop import CHECKPOINT, HISTORY_FIELDS, Run, TrainingError, load_data
 
 TINY_TOML = """\
 [data]

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tuner.data import load_dataset
 from tuner.evals import clockwork as cw
 from tuner.evals import get_evaluation
 from tuner.train.config import load_config, validate

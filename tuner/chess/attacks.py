@@ -284,25 +284,6 @@ def attackers_to(pos, sq, colour):
 
 
 @njit(cache=True, nogil=True)
-def attacks_by_type(pos, out):
-    """out[c, t] (uint64[2, 6]) = union of the attack sets of colour c's pieces of type t;
-    out is returned."""
-    occ = pos[W_WHITE] | pos[W_BLACK]
-    for c in range(2):
-        mine = pos[c]
-        out[c, PAWN] = pawn_attacks_set(mine & pos[W_PAWN], c)
-        for t in range(1, 6):
-            acc = U64(0)
-            bb = mine & pos[W_PAWN + t]
-            while bb != U64(0):
-                s = lsb(bb)
-                bb &= bb - _ONE
-                acc |= piece_attacks(t, c, s, occ)
-            out[c, t] = acc
-    return out
-
-
-@njit(cache=True, nogil=True)
 def attacker_counts(pos, out):
     """out[c, s] (int32[2, 64]) = number of colour c's pieces attacking s (pawns, king included);
     out is returned.

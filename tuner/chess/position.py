@@ -832,11 +832,6 @@ def occupied(pos):
 
 
 @njit(cache=True, nogil=True)
-def king_square(pos, colour):
-    return lsb(pos[colour] & pos[W_KING])
-
-
-@njit(cache=True, nogil=True)
 def castling_rook_file(pos, colour, queen_side):
     """File (0..7) of the castling rook for (colour, side), or -1 if there is no such right."""
     shift = U64(META_CASTLE_SLOTS_SHIFT + 4 * (2 * colour + (1 if queen_side else 0)))
