@@ -18,6 +18,7 @@ import json
 import math
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,13 +263,24 @@ class Run:
         if mode == "eager":
             return None
         t0 = time.perf_counter()
+        bar = (click.progressbar(length=len(data.positions), label="recording positions",
+                                 file=sys.stderr) if self.progress else None)
+        lock = threading.Lock()
+
+        def advance(n):  # called from the recording threads
+            with lock:
+                bar.update(n)
         try:
-            store = build_store(self.evaluation, data.positions, self.n_threads)
+            store = build_store(self.evaluation, data.positions, self.n_threads,
+                                progress=advance if bar is not None else None)
         except ReplayUnsupported as e:
             if mode == "replay":
                 raise TrainingError(str(e)) from None
             self.log(f"eager epochs: {e}")
             return None
+        finally:
+            if bar is not None:
+                bar.render_finish()
         self.log(f"replay: recorded {len(store):,} positions once in "
                  f"{time.perf_counter() - t0:.2f} s ({store.nbytes / len(store):.0f} bytes each)")
         return store
