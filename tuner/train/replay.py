@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -31,8 +30,8 @@ from tuner.tape.ops import (F_LINCOMB_PAIR, F_PHASE, K_MUL, K_SIGMOID, K_SUB, _l
                             _lincomb_pair_fwd, _phase_bwd, _phase_fwd, kernel, neumaier_add)
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-#: How many positions ahead the gather prefetches a position's header.
-PREFETCH_ROW = 16
+#: How many positions ahead the replay prefetches a position's header, and its terms.
+PREFETCH_ROW, PREFETCH_TERMS = 16, 8
 
 
 @intrinsic
@@ -161,103 +160,78 @@ def build_store(evaluation, positions: np.ndarray, n_threads: int, micro: int = 
                        np.concatenate([p[2] for p in parts]))
 
 
-class ChunkBuffer(NamedTuple):
-    """A worker's contiguous copy of one micro-batch's position headers."""
-
-    first: np.ndarray     # int64[micro]: offset of the position's terms in the store
-    count: np.ndarray     # int64[micro]: its number of terms
-    alpha: np.ndarray     # float64[micro]
-    result: np.ndarray    # float64[micro]
-    scratch: np.ndarray   # float64[3, micro]: x = k * eval, sigmoid(x), residual
-
-
-def new_chunk_buffer(micro: int) -> ChunkBuffer:
-    return ChunkBuffer(np.zeros(micro, np.int64), np.zeros(micro, np.int64), np.zeros(micro),
-                       np.zeros(micro), np.zeros((3, micro)))
-
-
 @njit(**JIT)
-def _gather(offsets, index, coef, alpha, results, rows, buf):
-    """Copy the headers of positions `rows` into `buf`, in order, and prefetch their terms.
+def replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k, scale, losses,
+                 with_grad):
+    """Texel loss of positions `rows` from their stored linear forms, and its gradient.
 
-    Rows come in shuffled order, so every position is a few cache misses away. This plain loop
-    keeps many of those misses in flight at once, which the arithmetic sweeps, with their long
-    dependency chains, cannot; the sweeps then find everything in cache.
+    `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
+    working pair in row P; `val` / `vg` hold one working value; `losses` is float64 scratch of
+    ``len(rows)``. The parameter gradients of ``scale * sum of losses`` are left in ``pg[:P]``.
+    Returns the unscaled sum of squared errors (as `tuner.train.kernels.texel_chunk` does).
+
+    Each position's backward sweep follows its forward sweep at once, while its terms are still in
+    cache, and positions are taken last to first: the order in which the eager tape's backward
+    sweep adds into the parameter gradients. The losses are then summed first to last, as the
+    eager tape's compensated sum does.
     """
+    o = pv.shape[0] - 1
     n = rows.shape[0]
-    first, count, b_alpha, b_result = buf.first, buf.count, buf.alpha, buf.result
-    for i in range(n):
-        if i + PREFETCH_ROW < n:
-            ahead = rows[i + PREFETCH_ROW]
+    if with_grad:
+        pg[:, :] = 0.0
+    # Every "0.0 +" mirrors an accumulation into a cleared gradient slot on the eager tape, so that
+    # even the signs of zeros agree.
+    g = 0.0 + kernel(K_MUL, 0.0, scale)[1] * 1.0     # d(scale * sum) / d loss_i
+    for i in range(n - 1, -1, -1):
+        # Positions come in shuffled order: fetch ahead what the next ones will read.
+        if i >= PREFETCH_ROW:
+            ahead = rows[i - PREFETCH_ROW]
             _prefetch(offsets, ahead)
             _prefetch(alpha, ahead)
             _prefetch(results, ahead)
+        if i >= PREFETCH_TERMS:
+            ahead = rows[i - PREFETCH_TERMS]
+            q, end = offsets[ahead], offsets[ahead + 1]
+            while q < end:  # every cache line of its terms
+                _prefetch(index, q)
+                _prefetch(coef, q)
+                q += 32
         r = rows[i]
-        q, end = offsets[r], offsets[r + 1]
-        first[i] = q
-        count[i] = end - q
-        b_alpha[i] = alpha[r]
-        b_result[i] = results[r]
-        while q < end:  # every cache line of the terms
-            _prefetch(index, q)
-            _prefetch(coef, q)
-            q += 32
-
-
-@njit(**JIT)
-def replay_chunk(pv, pg, val, vg, index, coef, buf, n, k, scale, with_grad):
-    """Texel loss of the `n` positions gathered in `buf` (terms in `index`, `coef`), and its
-    gradient.
-
-    `pv` / `pg` are the thread's pair values and gradients: the parameters in rows 0..P-1 and one
-    working pair in row P; `val` / `vg` hold one working value. The parameter gradients of
-    ``scale * sum of losses`` are left in ``pg[:P]``. Returns the unscaled sum of squared errors
-    (as `tuner.train.kernels.texel_chunk` does).
-    """
-    o = pv.shape[0] - 1
-    first, count, alpha, result, sc = buf.first, buf.count, buf.alpha, buf.result, buf.scratch
+        first, count, a = offsets[r], offsets[r + 1] - offsets[r], alpha[r]
+        _lincomb_pair_fwd(pv, index, coef, o, first, count)
+        _phase_fwd(val, pv, 0, o, a)
+        x = kernel(K_MUL, val[0], k)[0]
+        sig = kernel(K_SIGMOID, x, 0.0)[0]
+        d = kernel(K_SUB, sig, results[r])[0]
+        losses[i] = kernel(K_MUL, d, d)[0]
+        if with_grad:
+            gd = 0.0 + d * g
+            gd += d * g                              # d * d: both operands
+            gs = 0.0 + 1.0 * gd                      # d (sig - result) / d sig
+            gx = 0.0 + sig * (1.0 - sig) * gs        # the sigmoid kernel's partial
+            vg[0] = 0.0 + k * gx                     # d (e * k) / d e
+            pg[o, 0] = 0.0
+            pg[o, 1] = 0.0
+            _phase_bwd(vg, pg, 0, o, a)
+            _lincomb_pair_bwd(pg, index, coef, o, first, count)
     s = 0.0
     c = 0.0
     for i in range(n):
-        _lincomb_pair_fwd(pv, index, coef, o, first[i], count[i])
-        _phase_fwd(val, pv, 0, o, alpha[i])
-        x = kernel(K_MUL, val[0], k)[0]
-        sig = kernel(K_SIGMOID, x, 0.0)[0]
-        d = kernel(K_SUB, sig, result[i])[0]
-        sc[0, i], sc[1, i], sc[2, i] = x, sig, d
-        s, c = neumaier_add(s, c, kernel(K_MUL, d, d)[0])
-    if not with_grad:
-        return s + c
-    pg[:, :] = 0.0
-    # Every "0.0 +" mirrors an accumulation into a cleared gradient slot on the eager tape, so that
-    # even the signs of zeros agree.
-    g = 0.0 + kernel(K_MUL, 0.0, scale)[1] * 1.0     # d(scale * sum) / d sum
-    for i in range(n - 1, -1, -1):                   # the eager backward order
-        sig, d = sc[1, i], sc[2, i]
-        gd = 0.0 + d * g
-        gd += d * g                                  # d * d: both operands
-        gs = 0.0 + 1.0 * gd                          # d (sig - result) / d sig
-        gx = 0.0 + sig * (1.0 - sig) * gs            # the sigmoid kernel's partial
-        vg[0] = 0.0 + k * gx                         # d (e * k) / d e
-        pg[o, 0] = 0.0
-        pg[o, 1] = 0.0
-        _phase_bwd(vg, pg, 0, o, alpha[i])
-        _lincomb_pair_bwd(pg, index, coef, o, first[i], count[i])
+        s, c = neumaier_add(s, c, losses[i])
     return s + c
 
 
 @njit(**JIT)
 def replay_chunks(pv, pg, val, vg, offsets, index, coef, alpha, results, order, micro, chunks,
-                  k, scale, buf, with_grad, chunk_grads, sse):
-    """For each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``): gather, replay,
-    its loss into ``sse[c]`` and, with `with_grad`, its parameter gradients into
-    ``chunk_grads[c]``. One call per worker and batch, so Python is not in the loop."""
+                  k, scale, losses, with_grad, chunk_grads, sse):
+    """For each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``): its loss into
+    ``sse[c]`` and, with `with_grad`, its parameter gradients into ``chunk_grads[c]``. One call
+    per worker and batch, so Python is not in the loop."""
     p = pv.shape[0] - 1
     n = order.shape[0]
     for c in chunks:
         rows = order[c * micro: min(n, (c + 1) * micro)]
-        _gather(offsets, index, coef, alpha, results, rows, buf)
-        sse[c] = replay_chunk(pv, pg, val, vg, index, coef, buf, rows.shape[0], k, scale,
-                              with_grad)
+        sse[c] = replay_chunk(pv, pg, val, vg, offsets, index, coef, alpha, results, rows, k,
+                              scale, losses, with_grad)
         if with_grad:
             chunk_grads[c, :, :] = pg[:p, :]

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuner.tape import TapeFullError, grow, new_accumulator, new_tape, reset
 from .kernels import reduce_chunks, texel_chunk
-from .replay import new_chunk_buffer, replay_chunks
+from .replay import replay_chunks
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
@@ -61,7 +61,7 @@ class Workers:
             self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
             self.val = [np.zeros(1) for _ in range(n_threads)]
             self.vg = [np.zeros(1) for _ in range(n_threads)]
-            self.buffers = [new_chunk_buffer(micro) for _ in range(n_threads)]
+            self.losses = [np.zeros(micro) for _ in range(n_threads)]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -100,7 +100,7 @@ class Workers:
                 pv[: self.n_params] = params
                 replay_chunks(pv, self.pg[w], self.val[w], self.vg[w], st.offsets, st.index,
                               st.coef, st.alpha, results, order, self.micro,
-                              np.arange(w, n_chunks, self.n_threads), k, scale, self.buffers[w],
+                              np.arange(w, n_chunks, self.n_threads), k, scale, self.losses[w],
                               with_grad, self.chunk_grads, sse)
                 return
             for c in range(w, n_chunks, self.n_threads):
