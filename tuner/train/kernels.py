@@ -2,7 +2,7 @@
 
 The eager step of DESIGN.md is an evaluation's ``record_batch`` (every position of one micro-batch
 recorded on the calling thread's tape) followed by `texel_chunk` (the loss records, the backward
-sweep, the parameter gradients copied out).
+sweep, the parameter gradients copied out); `tuner.train.replay` is the record-once alternative.
 The batch is cut into micro-batches ("chunks") whose boundaries do not depend on the thread count,
 and `reduce_chunks` adds the chunk gradients in chunk order with compensated sums, so the result is
 bitwise identical for any number of threads.
@@ -16,10 +16,10 @@ from tuner.tape.arena import zero_param_grad
 from tuner.tape.ops import (backward, neumaier_add, operand_mark, push_operand, record_mul,
                             record_mul_scalar, record_sigmoid, record_sub_scalar, record_sum)
 
-JIT = dict(nogil=True, error_model="numpy")
+JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
-@njit(**JIT, cache=True)
+@njit(**JIT)
 def texel_chunk(tape, evals, results, rows, k, scale, grad_out, with_grad):
     """The Texel loss of one recorded micro-batch, and its gradient.
 
@@ -49,7 +49,7 @@ def texel_chunk(tape, evals, results, rows, k, scale, grad_out, with_grad):
     return sse
 
 
-@njit(**JIT, cache=True)
+@njit(**JIT)
 def reduce_chunks(chunk_grads, n_chunks, out):
     """out = sum over chunks 0..n_chunks-1 of chunk_grads, in chunk order, compensated."""
     p = out.shape[0]
@@ -62,7 +62,7 @@ def reduce_chunks(chunk_grads, n_chunks, out):
             out[i, j] = s + c
 
 
-@njit(**JIT, cache=True)
+@njit(**JIT)
 def adamw_step(params, grad, m, v, mask, lr, beta1, beta2, eps, weight_decay, step):
     """One AdamW step (Clockwork's form) on the entries where `mask` is true.
 
@@ -84,7 +84,7 @@ def adamw_step(params, grad, m, v, mask, lr, beta1, beta2, eps, weight_decay, st
             params[i, j] -= lr * mhat / (np.sqrt(vhat) + eps) + lr * weight_decay * params[i, j]
 
 
-@njit(**JIT, cache=True)
+@njit(**JIT)
 def sgd_step(params, grad, velocity, mask, lr, momentum, weight_decay):
     """One SGD step with (heavy-ball) momentum and decoupled weight decay, where `mask` is true."""
     for i in range(params.shape[0]):

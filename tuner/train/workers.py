@@ -45,18 +45,18 @@ class Workers:
         self.n_params = evaluation.registry.n_params
         self.n_threads = n_threads
         self.micro = micro
-        records = micro * RECORDS_PER_POSITION + 8
-        self.tapes = [new_tape(0, self.n_params, records=records,
-                               operands=micro * OPERANDS_PER_POSITION + 8)
-                      for _ in range(n_threads)]
-        self.accs = [new_accumulator(self.n_params) for _ in range(n_threads)]
-        self.slots = [np.zeros(micro, dtype=np.int64) for _ in range(n_threads)]
         self.max_chunks = math.ceil(max_batch / micro)
         self.chunk_grads = np.zeros((self.max_chunks, self.n_params, 2))
         self.grad = np.zeros((self.n_params, 2))
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
-        if store is not None:
-            # Replay works on its own small arrays: the parameters plus one working slot.
+        if store is None:  # eager: a tape, an accumulator and output slots per worker
+            records = micro * RECORDS_PER_POSITION + 8
+            self.tapes = [new_tape(0, self.n_params, records=records,
+                                   operands=micro * OPERANDS_PER_POSITION + 8)
+                          for _ in range(n_threads)]
+            self.accs = [new_accumulator(self.n_params) for _ in range(n_threads)]
+            self.slots = [np.zeros(micro, dtype=np.int64) for _ in range(n_threads)]
+        else:  # replay: the parameters plus one working slot, per worker
             self.pv = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
             self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
             self.val = [np.zeros(1) for _ in range(n_threads)]
