@@ -33,6 +33,7 @@ from tuner.evals.export import to_cpp
 from tuner.fileio import atomic_write
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
+from .plot import write_loss_png
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .replay import ReplayUnsupported, build_store
 from .workers import Workers, resolve_threads
@@ -168,8 +169,8 @@ class Run:
                 if str(z["digest"]) != self.cfg.digest():
                     raise TrainingError(
                         f"{path}: the checkpoint was made with a different configuration "
-                        f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs "
-                        f"and threads may change on resume")
+                        f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs, "
+                        f"threads and mode may change on resume")
                 self.params = np.array(z["params"])
                 self.m, self.v = np.array(z["m"]), np.array(z["v"])
                 self.step, self.epoch = int(z["step"]), int(z["epoch"])
@@ -185,7 +186,6 @@ class Run:
         atomic_write(self.out / "params.hpp", to_cpp(self.registry, self.params))
 
     def write_history(self) -> None:
-        from .plot import write_loss_png
         h = self.history
         lines = [",".join(HISTORY_FIELDS)]
         for i in range(len(h["epoch"])):
