@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -136,8 +137,10 @@ RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mo
 
 
 def _type_name(types: tuple) -> str:
+    if float in types:  # an integer is a number too
+        types = tuple(t for t in types if t is not int)
     names = {int: "integer", float: "number", str: "string", list: "list", bool: "boolean"}
-    return " or ".join(dict.fromkeys(names[t] for t in types))
+    return " or ".join(names[t] for t in types)
 
 
 def _check_type(value, types) -> bool:
@@ -277,6 +280,7 @@ def describe() -> str:
         for k, key in keys.items():
             default = "required" if key.default is None else f"default {key.default!r}"
             lines.append(f"  {k} ({_type_name(key.types)}, {default})")
-            lines.append(f"      {key.doc}")
+            lines.extend(textwrap.wrap(key.doc, 96, initial_indent=" " * 6,
+                                       subsequent_indent=" " * 6))
         lines.append("")
     return "\n".join(lines)
