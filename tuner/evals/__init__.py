@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Evaluation name -> module implementing it.
-EVALUATIONS = {"clockwork": "tuner.evals.clockwork"}
+EVALUATIONS = {"clockwork": "tuner.evals.clockwork", "material": "tuner.evals.material"}
 
 
 @dataclass(frozen=True)
