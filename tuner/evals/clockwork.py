@@ -30,8 +30,10 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from tuner.chess.attacks import bishop_attacks, king_attacks, knight_attacks, rook_attacks
-from tuner.chess.bitboard import flip_vertical, lsb, popcount
+from tuner.chess.attacks import (bishop_attacks, king_attacks, knight_attacks, pawn_attacks_set,
+                                 rook_attacks)
+from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, chebyshev, east,
+                                  file_fill, flip_vertical, lsb, popcount, south_fill, west)
 from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
 
 from .registry import ParamRegistry
@@ -108,18 +110,7 @@ OFFSETS = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, i
 U64 = np.uint64
 _0 = U64(0)
 _1 = U64(1)
-_7 = U64(7)
 _8 = U64(8)
-_9 = U64(9)
-_16 = U64(16)
-_32 = U64(32)
-_FILE_A = U64(0x0101010101010101)
-_FILE_H = U64(0x8080808080808080)
-_NOT_A = U64(0xFEFEFEFEFEFEFEFE)
-_NOT_H = U64(0x7F7F7F7F7F7F7F7F)
-_LIGHT = U64(0x55AA55AA55AA55AA)
-_DARK = U64(0xAA55AA55AA55AA55)
-_CENTRAL = U64(0x3C3C3C3C3C3C3C3C)
 _RANKS_2_3 = U64(0x0000000000FFFF00)     # relative ranks 2 and 3 ("early" pawns)
 _RANKS_4_6 = U64(0x0000FFFFFF000000)     # relative ranks 4, 5, 6 (outposts)
 
@@ -131,45 +122,12 @@ def _bit(bb, sq):
 
 
 @njit(**INLINE)
-def _dist(a, b):
-    df = abs((a & 7) - (b & 7))
-    dr = abs((a >> 3) - (b >> 3))
-    return max(df, dr)
-
-
-@njit(**INLINE)
-def _south_fill(bb):
-    bb |= bb >> _8
-    bb |= bb >> _16
-    bb |= bb >> _32
-    return bb
-
-
-@njit(**INLINE)
-def _file_fill(bb):
-    n = bb
-    n |= n << _8
-    n |= n << _16
-    n |= n << _32
-    return n | _south_fill(bb)
-
-
-@njit(**INLINE)
-def _attackers(q, occ, P, N, B, R, Q, K):
-    """Number of pieces of the side that moves north (pawns P, ...) attacking square q: the
-    attack relation is symmetric, so look from q (a slider reaches q iff q reaches it)."""
-    b = _1 << U64(q)
-    pawn_src = ((b & _NOT_A) >> _9) | ((b & _NOT_H) >> _7)
-    return (popcount(pawn_src & P) + popcount(knight_attacks(q) & N)
-            + popcount(bishop_attacks(q, occ) & (B | Q)) + popcount(rook_attacks(q, occ) & (R | Q))
-            + popcount(king_attacks(q) & K))
-
-
-@njit(**INLINE)
-def _attackers_south(q, occ, P, N, B, R, Q, K):
-    """Same for the side that moves south (the opponent, seen from our frame)."""
-    b = _1 << U64(q)
-    pawn_src = ((b & _NOT_A) << _7) | ((b & _NOT_H) << _9)
+def _attackers(q, occ, north, P, N, B, R, Q, K):
+    """Number of pieces (pawns P, knights N, ...) attacking square q, for the side whose pawns
+    move north (`north` true: us) or south (the opponent, seen from our frame). The attack
+    relation is symmetric, so look from q: a slider reaches q iff q reaches it, and a pawn attacks
+    q from where an opposite-moving pawn on q would attack."""
+    pawn_src = pawn_attacks_set(_1 << U64(q), 1 if north else 0)
     return (popcount(pawn_src & P) + popcount(knight_attacks(q) & N)
             + popcount(bishop_attacks(q, occ) & (B | Q)) + popcount(rook_attacks(q, occ) & (R | Q))
             + popcount(king_attacks(q) & K))
@@ -195,8 +153,8 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     ksq = lsb(K) & 63
     oksq = lsb(oK) & 63
 
-    pa = ((P & _NOT_H) << _9) | ((P & _NOT_A) << _7)          # our pawn attacks
-    opa = ((oP & _NOT_A) >> _9) | ((oP & _NOT_H) >> _7)       # their pawn attacks
+    pa = pawn_attacks_set(P, 0)          # our pawn attacks (our pawns move north)
+    opa = pawn_attacks_set(oP, 1)        # their pawn attacks
     blocked = P & (occ >> _8)
     mob_mask = ~(blocked | (P & _RANKS_2_3) | opa)
     ring = king_attacks(oksq) | oK
@@ -228,9 +186,9 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         lin_add(acc, KNIGHT_KING_RING + popcount(a & ring), sign)
         checkers += popcount(a & chk_n)
 
-    blocked_central = popcount(blocked & _CENTRAL)
-    n_light = min(8, popcount(P & _LIGHT))
-    n_dark = min(8, popcount(P & _DARK))
+    blocked_central = popcount(blocked & CENTRAL_FILES)
+    n_light = min(8, popcount(P & LIGHT_SQUARES))
+    n_dark = min(8, popcount(P & DARK_SQUARES))
     att_b = _0
     bb = B
     while bb:
@@ -242,7 +200,7 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         lin_add(acc, BISHOP_MOBILITY + popcount(a & mob_mask), sign)
         lin_add(acc, BISHOP_KING_RING + popcount(a & ring), sign)
         checkers += popcount(a & chk_d)
-        light = _bit(_LIGHT, s)
+        light = _bit(LIGHT_SQUARES, s)
         n = light * n_light + (1 - light) * n_dark
         _add(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
 
@@ -286,15 +244,15 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
 
     # Pawn push threats: single pushes to empty squares, then the pushed pawn's attacks.
     pushed = (P << _8) & ~occ
-    t = ((pushed & _NOT_H) << _9) | ((pushed & _NOT_A) << _7)
+    t = pawn_attacks_set(pushed, 0)
     _add(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
     _add(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
     _add(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
     _add(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
 
     # Rook files.
-    own_files = _file_fill(P)
-    their_files = _file_fill(oP)
+    own_files = file_fill(P)
+    their_files = file_fill(oP)
     _add(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
     _add(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
 
@@ -316,8 +274,8 @@ def _pawns(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
 
     _add(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
 
-    span = _south_fill(oP >> _8)
-    span |= ((span & _NOT_H) << _1) | ((span & _NOT_A) >> _1)
+    span = south_fill(oP >> _8)
+    span |= east(span) | west(span)
     bb = P & ~span
     while bb:
         s = lsb(bb)
@@ -325,20 +283,20 @@ def _pawns(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         i = (s >> 3) - 1
         q = s + 8
         lin_add(acc, PASSED_PAWN + i, sign)
-        defended = (_attackers(q, occ, P, N, B, R, Q, K)
-                    > _attackers_south(q, occ, oP, oN, oB, oR, oQ, oK))
+        defended = (_attackers(q, occ, True, P, N, B, R, Q, K)
+                    > _attackers(q, occ, False, oP, oN, oB, oR, oQ, oK))
         _add(acc, DEFENDED_PASSED_PUSH + i, sign * np.int64(defended))
         _add(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
-        lin_add(acc, FRIENDLY_KING_PASSED_PAWN_DISTANCE + _dist(ksq, s), sign)
-        lin_add(acc, ENEMY_KING_PASSED_PAWN_DISTANCE + _dist(oksq, s), sign)
+        lin_add(acc, FRIENDLY_KING_PASSED_PAWN_DISTANCE + chebyshev(ksq, s), sign)
+        lin_add(acc, ENEMY_KING_PASSED_PAWN_DISTANCE + chebyshev(oksq, s), sign)
 
-    bb = P & ((P & _NOT_H) << _1)          # pawns with an own pawn immediately west
+    bb = P & east(P)                       # pawns with an own pawn immediately west
     while bb:
         s = lsb(bb)
         bb &= bb - _1
         lin_add(acc, PAWN_PHALANX + (s >> 3) - 1, sign)
 
-    pa = ((P & _NOT_H) << _9) | ((P & _NOT_A) << _7)
+    pa = pawn_attacks_set(P, 0)
     bb = P & pa
     while bb:
         s = lsb(bb)
