@@ -255,11 +255,11 @@ def scanner_line(draw, fmt):
 @given(data=st.data(), fmt=st.sampled_from(["clockwork", "bracket", "pipe"]))
 def test_scanner_matches_reference_parser(data, fmt):
     from tuner.data.fastscan import scan_block
-    from tuner.data.formats import PARSERS
+    from reference_formats import REFERENCE
     lines = data.draw(st.lists(scanner_line(fmt), min_size=1, max_size=30))
     raw = ("\n".join(lines) + data.draw(st.sampled_from(["", "\n"]))).encode()
     n_lines, offsets, fdata, results, scores, row_line, bad = scan_block(raw, fmt)
-    ref = PARSERS[fmt](raw.decode().split("\n")[:n_lines])
+    ref = REFERENCE[fmt](raw.decode().split("\n")[:n_lines])
     assert n_lines == len(raw.decode().split("\n")) - raw.endswith(b"\n")
     fens = [bytes(fdata[offsets[k]:offsets[k + 1]]).decode() for k in range(len(results))]
     assert fens == ref.fens
