@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .formats import BRACKET_RESULTS, INT32_MAX, PIPE_RESULTS
+
 MODE_CLOCKWORK, MODE_BRACKET, MODE_PIPE = 0, 1, 2
 MODES = {"clockwork": MODE_CLOCKWORK, "bracket": MODE_BRACKET, "pipe": MODE_PIPE}
 
@@ -38,12 +40,9 @@ def _token_table(tokens: dict[str, float]):
     return table, lens, values
 
 
-# must match formats.BRACKET_RESULTS / formats.PIPE_RESULTS (a test checks)
-_BR_TAB, _BR_LEN, _BR_VAL = _token_table({"1.0": 1.0, "0.5": 0.5, "0.0": 0.0, "1-0": 1.0,
-                                          "1/2-1/2": 0.5, "0-1": 0.0})
-_PI_TAB, _PI_LEN, _PI_VAL = _token_table({"1.0": 1.0, "0.5": 0.5, "0.0": 0.0, "1": 1.0,
-                                          "0": 0.0})
-_INT32_MAX = 2 ** 31 - 1
+_BR_TAB, _BR_LEN, _BR_VAL = _token_table(BRACKET_RESULTS)
+_PI_TAB, _PI_LEN, _PI_VAL = _token_table(PIPE_RESULTS)
+_INT32_MAX = INT32_MAX
 
 
 @njit(cache=True, nogil=True, inline="always")
