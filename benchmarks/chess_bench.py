@@ -38,7 +38,8 @@ def _median_time(fn, runs):
 
 
 @njit(cache=True, nogil=True)
-def _sliders_magic(pos):
+def _sliders(pos, classical):
+    """XOR of the rook and bishop attacks from every occupied square (magic or classical rays)."""
     acc = U64(0)
     for i in range(pos.shape[0]):
         occ = pos[i, 0] | pos[i, 1]
@@ -46,20 +47,10 @@ def _sliders_magic(pos):
         while bb != U64(0):
             s = lsb(bb)
             bb &= bb - U64(1)
-            acc ^= A.rook_attacks(s, occ) ^ A.bishop_attacks(s, occ)
-    return acc
-
-
-@njit(cache=True, nogil=True)
-def _sliders_classical(pos):
-    acc = U64(0)
-    for i in range(pos.shape[0]):
-        occ = pos[i, 0] | pos[i, 1]
-        bb = occ
-        while bb != U64(0):
-            s = lsb(bb)
-            bb &= bb - U64(1)
-            acc ^= A.rook_attacks_classical(s, occ) ^ A.bishop_attacks_classical(s, occ)
+            if classical:
+                acc ^= A.rook_attacks_classical(s, occ) ^ A.bishop_attacks_classical(s, occ)
+            else:
+                acc ^= A.rook_attacks(s, occ) ^ A.bishop_attacks(s, occ)
     return acc
 
 
@@ -106,13 +97,12 @@ def main():
     print("to_fen:                            %.0f k positions/s" % (20000 / med / 1e3))
 
     npieces = int(sum(bin(int(a | b)).count("1") for a, b in positions[:, :2]))
-    _sliders_magic(positions[:2])
-    _sliders_classical(positions[:2])
+    _sliders(positions[:2], False)
     _counts(positions[:2])
-    assert _sliders_magic(positions) == _sliders_classical(positions)
-    med, _, _ = _median_time(lambda: _sliders_magic(positions), args.runs)
+    assert _sliders(positions, False) == _sliders(positions, True)
+    med, _, _ = _median_time(lambda: _sliders(positions, False), args.runs)
     print("slider attacks, magic:     %.2f ns per rook+bishop lookup pair" % (med / npieces * 1e9))
-    med, _, _ = _median_time(lambda: _sliders_classical(positions), args.runs)
+    med, _, _ = _median_time(lambda: _sliders(positions, True), args.runs)
     print("slider attacks, classical: %.2f ns per rook+bishop lookup pair" % (med / npieces * 1e9))
     med, _, _ = _median_time(lambda: _counts(positions), args.runs)
     print("attacker_counts:           %.0f ns per position" % (med / n * 1e9))
