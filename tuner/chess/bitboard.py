@@ -39,56 +39,29 @@ _S9 = U64(9)
 
 
 # ---------------------------------------------------------------------------------------------
-# LLVM intrinsics: ctpop / cttz / ctlz on uint64 (single instructions where the CPU has them)
+# LLVM intrinsics on uint64: bswap / ctpop / cttz / ctlz (single instructions where the CPU has them)
 
 
-@intrinsic
-def _bswap64(typingctx, x):
-    if not isinstance(x, types.Integer) or x.bitwidth != 64:
-        return None
-    sig = types.uint64(x)
+def _u64_intrinsic(name, build):
+    """A Numba intrinsic returning ``build(builder, x)`` for one 64-bit integer x, as uint64."""
+    def typer(typingctx, x):
+        if not isinstance(x, types.Integer) or x.bitwidth != 64:
+            return None
 
-    def codegen(context, builder, signature, args):
-        return builder.bswap(args[0])
+        def codegen(context, builder, signature, args):
+            return build(builder, args[0])
 
-    return sig, codegen
+        return types.uint64(x), codegen
 
-
-@intrinsic
-def _ctpop64(typingctx, x):
-    if not isinstance(x, types.Integer) or x.bitwidth != 64:
-        return None
-    sig = types.uint64(x)
-
-    def codegen(context, builder, signature, args):
-        return builder.ctpop(args[0])
-
-    return sig, codegen
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def _cttz64(typingctx, x):
-    if not isinstance(x, types.Integer) or x.bitwidth != 64:
-        return None
-    sig = types.uint64(x)
-
-    def codegen(context, builder, signature, args):
-        # is_zero_poison = false: cttz(0) is 64
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return sig, codegen
-
-
-@intrinsic
-def _ctlz64(typingctx, x):
-    if not isinstance(x, types.Integer) or x.bitwidth != 64:
-        return None
-    sig = types.uint64(x)
-
-    def codegen(context, builder, signature, args):
-        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return sig, codegen
+_FALSE = ir.Constant(ir.IntType(1), 0)  # is_zero_poison = false: cttz(0) = ctlz(0) = 64
+_bswap64 = _u64_intrinsic("_bswap64", lambda b, x: b.bswap(x))
+_ctpop64 = _u64_intrinsic("_ctpop64", lambda b, x: b.ctpop(x))
+_cttz64 = _u64_intrinsic("_cttz64", lambda b, x: b.cttz(x, _FALSE))
+_ctlz64 = _u64_intrinsic("_ctlz64", lambda b, x: b.ctlz(x, _FALSE))
 
 
 @njit(cache=True, nogil=True)
