@@ -52,7 +52,7 @@ def run_record(positions, tape, acc, chunk):
         if i % chunk == 0:
             reset(tape)
         v = record_eval(tape, acc, positions[i])
-        s += tape.val[v]
+        s += tape.arena.val[v]
     return s
 
 
@@ -63,7 +63,7 @@ def run_record_backward(positions, tape, acc):
         reset(tape)
         v = record_eval(tape, acc, positions[i])
         backward(tape, v)
-        s += tape.val[v]
+        s += tape.arena.val[v]
     return s
 
 
@@ -81,7 +81,7 @@ def run_batch_backward(positions, tape, acc, chunk, evals):
             push_operand(tape, evals[i], 1.0)
         total = record_sum(tape, first)
         backward(tape, total)
-        s += tape.val[total]
+        s += tape.arena.val[total]
     return s
 
 
@@ -127,7 +127,7 @@ def main():
     reg = registry()
     acc = new_accumulator(N_PARAMS)
     tape = new_tape(0, N_PARAMS, records=2 * CHUNK + 8, operands=160 * CHUNK)
-    tape.pair_val[:N_PARAMS] = reg.defaults
+    tape.arena.pair_val[:N_PARAMS] = reg.defaults
     tape1 = new_tape(0, N_PARAMS, records=8, operands=1024)
     tape1.pair_val[:N_PARAMS] = reg.defaults
     evals = np.empty(CHUNK, np.int64)

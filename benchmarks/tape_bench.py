@@ -1,5 +1,5 @@
-"""Tape benchmark: ns per record for recording and for backward on a synthetic tape of >= 10^7
-records, and ns per linear combination of 60 pairs (recording, forward replay, backward).
+"""Tape benchmark: ns per record for recording, freezing and playing (forward; forward and
+backward) a synthetic tape of >= 10^7 records, and ns per linear combination of 60 pairs.
 
 Run: `make bench` or `.venv/bin/python benchmarks/tape_bench.py [--records N] [--repeat R]`.
 Prints medians over the repeats.
@@ -11,8 +11,8 @@ import time
 import numpy as np
 from numba import njit
 
-from tuner.tape import new_tape, reset
-from tuner.tape.ops import (backward, forward, operand_mark, push_operand, record_add,
+from tuner.tape import freeze_tape, new_tape, play, reset
+from tuner.tape.ops import (operand_mark, push_operand, record_add,
                             record_lincomb_pair, record_mul, record_mul_scalar, record_pair_add,
                             record_pair_mul_scalar, record_phase, record_sigmoid, record_sub_scalar)
 
@@ -52,6 +52,15 @@ def timed(fn, *args):
     return time.perf_counter() - t0, out
 
 
+def sweeps(t, out):
+    """Seconds to freeze the tape, play it forward, and forward + backward from `out`."""
+    one, scratch = np.zeros(1, np.int64), np.zeros((1, 1))
+    dz, store = timed(freeze_tape, t, out)
+    df = timed(play, store, t.arena, one, 0.0, False, scratch)[0]
+    dfb = timed(play, store, t.arena, one, 1.0, True, scratch)[0]
+    return dz, df, dfb
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -61,22 +70,21 @@ def main():
 
     n = a.records
     t = new_tape(0, 64, records=n, operands=16)
-    t.pair_val[:64] = np.random.default_rng(0).normal(size=(64, 2))
+    t.arena.pair_val[:64] = np.random.default_rng(0).normal(size=(64, 2))
     record_mixed(t, 64), reset(t)           # compile
-    out = record_mixed(t, 64)
-    backward(t, out), forward(t), reset(t)
-    rec, bwd, fwd = [], [], []
+    sweeps(t, record_mixed(t, 64)), reset(t)
+    rec, frz, fwd, both = [], [], [], []
     for _ in range(a.repeat):
         reset(t)
         dt, out = timed(record_mixed, t, n)
         rec.append(dt)
-        bwd.append(timed(backward, t, out)[0])
-        fwd.append(timed(forward, t)[0])
-    nrec = int(t.counts[2])
-    print(f"synthetic tape: {nrec:,} records (mixed value and pair ops)")
-    print(f"  record   {statistics.median(rec) / nrec * 1e9:6.2f} ns/record")
-    print(f"  forward  {statistics.median(fwd) / nrec * 1e9:6.2f} ns/record (replay)")
-    print(f"  backward {statistics.median(bwd) / nrec * 1e9:6.2f} ns/record")
+        dz, df, dfb = sweeps(t, out)
+        frz.append(dz), fwd.append(df), both.append(dfb)
+    nrec = int(t.rec.counts[2])
+    print(f"synthetic tape: {nrec:,} records (mixed value and pair ops), medians of {a.repeat}")
+    for what, times in (("record", rec), ("freeze", frz), ("forward", fwd),
+                        ("fwd+bwd", both)):
+        print(f"  {what:8s} {statistics.median(times) / nrec * 1e9:6.2f} ns/record")
 
     # Linear combinations as an evaluation records them: a micro-batch of `batch` positions per
     # tape (cache-resident, as in training), reset and recorded again until `lincombs` are done.
@@ -86,24 +94,23 @@ def main():
     idx = rng.integers(0, n_params, size=1 << 16).astype(np.int32)
     coef = rng.integers(-3, 4, size=1 << 16).astype(np.float64)
     t = new_tape(0, n_params, records=batch + 1, operands=batch * width)
-    t.pair_val[:n_params] = rng.normal(size=(n_params, 2))
+    t.arena.pair_val[:n_params] = rng.normal(size=(n_params, 2))
     record_lincombs(t, 10, width, idx, coef), reset(t)
-    rec, bwd, fwd = [], [], []
+    rec, fwd, both = [], [], []
     for _ in range(a.repeat):
         tr = tf = tb = 0.0
         for _ in range(rounds):
             reset(t)
             dt, out = timed(record_lincombs, t, batch, width, idx, coef)
             tr += dt
-            phase = record_phase(t, out, 0.5)
-            tf += timed(forward, t)[0]
-            tb += timed(backward, t, phase)[0]
-        rec.append(tr), fwd.append(tf), bwd.append(tb)
+            _, df, dfb = sweeps(t, record_phase(t, out, 0.5))
+            tf += df
+            tb += dfb
+        rec.append(tr), fwd.append(tf), both.append(tb)
     m = batch * rounds
     print(f"linear combination of {width} pairs: {m:,} records, {batch} per tape")
-    print(f"  record   {statistics.median(rec) / m * 1e9:7.1f} ns/lincomb")
-    print(f"  forward  {statistics.median(fwd) / m * 1e9:7.1f} ns/lincomb (replay)")
-    print(f"  backward {statistics.median(bwd) / m * 1e9:7.1f} ns/lincomb")
+    for what, times in (("record", rec), ("forward", fwd), ("fwd+bwd", both)):
+        print(f"  {what:8s} {statistics.median(times) / m * 1e9:7.1f} ns/lincomb")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def test_tape_value_and_gradient(vectors, reg):
     """record_eval's value is the continuous eval; backward gives (alpha c, (1 - alpha) c)."""
     n = reg.n_params
     tape = new_tape(0, n, records=8, operands=1024)
-    tape.pair_val[:n] = reg.defaults
+    tape.arena.pair_val[:n] = reg.defaults
     acc = new_accumulator(n)
     counts = vectors["counts"]
     alpha = vectors["phase"] / 24.0
@@ -127,10 +127,10 @@ def test_tape_value_and_gradient(vectors, reg):
         reset(tape)
         zero_grad(tape)
         v = cw.record_eval(tape, acc, vectors["pos"][i])
-        assert tape.counts[2] == 2  # one linear-combination record + one phase record
-        assert abs(tape.val[v] - vectors["tuner_eval"][i]) < 1e-9
+        assert tape.rec.counts[2] == 2  # one linear-combination record + one phase record
+        assert abs(tape.arena.val[v] - vectors["tuner_eval"][i]) < 1e-9
         backward(tape, v)
-        g = tape.pair_grad[:n]
+        g = tape.arena.pair_grad[:n]
         assert np.array_equal(g[:, 0], alpha[i] * counts[i]), vectors["fens"][i]
         assert np.array_equal(g[:, 1], (1 - alpha[i]) * counts[i]), vectors["fens"][i]
         assert acc.count[0] == 0 and not acc.coef.any()
@@ -142,16 +142,16 @@ def test_tape_replay_with_other_values(reg):
     n = reg.n_params
     tape = new_tape(0, n, records=8, operands=1024)
     rng = np.random.default_rng(1)
-    tape.pair_val[:n] = reg.defaults
+    tape.arena.pair_val[:n] = reg.defaults
     pos = parse_fen(KIWIPETE)
     v = cw.record_eval(tape, new_accumulator(n), pos)
     vals = rng.normal(size=(n, 2)) * 100
-    tape.pair_val[:n] = vals
+    tape.arena.pair_val[:n] = vals
     forward(tape)
     counts, ph = cw.feature_counts(pos.reshape(1, 9))
     a = ph[0] / 24
     expect = a * (counts[0] @ vals[:, 0]) + (1 - a) * (counts[0] @ vals[:, 1])
-    assert abs(tape.val[v] - expect) < 1e-9 * max(1.0, abs(expect))
+    assert abs(tape.arena.val[v] - expect) < 1e-9 * max(1.0, abs(expect))
 
 
 # ----------------------------------------------------------------------------------- worked examples

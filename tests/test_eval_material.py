@@ -38,16 +38,16 @@ def test_values_and_gradients(tiny):
     params = np.random.default_rng(3).normal(size=(6, 2)) * 100
     counts, alpha, value = _expected(tiny.positions, params)
     t = new_tape(0, 6, records=8)
-    t.pair_val[:6] = params
+    t.arena.pair_val[:6] = params
     acc = new_accumulator(6)
     for i in range(0, len(tiny.positions), 13):
         reset(t)
         zero_grad(t)
         v = ev.record_eval(t, acc, tiny.positions[i])
-        assert t.val[v] == pytest.approx(value[i], rel=1e-12, abs=1e-9)
+        assert t.arena.val[v] == pytest.approx(value[i], rel=1e-12, abs=1e-9)
         backward(t, v)
-        np.testing.assert_allclose(t.pair_grad[:6, 0], alpha[i] * counts[i], atol=1e-12)
-        np.testing.assert_allclose(t.pair_grad[:6, 1], (1 - alpha[i]) * counts[i], atol=1e-12)
+        np.testing.assert_allclose(t.arena.pair_grad[:6, 0], alpha[i] * counts[i], atol=1e-12)
+        np.testing.assert_allclose(t.arena.pair_grad[:6, 1], (1 - alpha[i]) * counts[i], atol=1e-12)
 
 
 def test_trains_eager_and_replay_identically(tmp_path):

@@ -82,7 +82,7 @@ def test_checkpoint_contents(cli_run):
     _, out, _ = cli_run
     ck = _checkpoint(out)
     assert int(ck["epoch"]) == 3 and int(ck["step"]) == 3 * 8    # 3,800 train positions / 512
-    assert ck["params"].shape == (cw.N_PARAMS, 2) and np.isfinite(ck["params"]).all()
+    assert ck["theta"].shape == (2 * cw.N_PARAMS,) and np.isfinite(ck["theta"]).all()
     assert list(ck["history_epoch"]) == [1.0, 2.0, 3.0]
     assert (ck["history_train_loss"][1:] < ck["history_train_loss"][:-1]).all()
     assert str(ck["evaluation"]) == "clockwork"
@@ -90,7 +90,7 @@ def test_checkpoint_contents(cli_run):
 
 def test_params_json_and_hpp(cli_run):
     _, out, _ = cli_run
-    params = _checkpoint(out)["params"]
+    params = _checkpoint(out)["theta"].reshape(-1, 2)
     reg = ParamRegistry.from_json(out / "params.json")
     ref = cw.registry()
     assert reg.names == ref.names

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 
-def _source_digest() -> str:
+def source_digest() -> str:
+    """A digest of this package's source files (names and contents)."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent
     for path in sorted(root.rglob("*.py")):
@@ -32,7 +33,7 @@ def _configure_numba_cache() -> None:
     if os.environ.get("NUMBA_CACHE_DIR"):
         return
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tuner" / "numba"
-    folder = base / _source_digest()
+    folder = base / source_digest()
     if not folder.exists():
         try:
             folder.mkdir(parents=True)

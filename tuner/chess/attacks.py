@@ -11,13 +11,14 @@ the lookup is one AND, one multiply, one shift and one load. The rook table has 
 the bishop table 5,248 (0.86 MB together).
 
 ``attacker_counts(pos, out)`` fills out[c, s] = number of colour c's pieces whose attack set
-contains s (pawns and king included).
+contains s (pawns and king included); ``count_attackers`` gives that number for one square from
+bitboards.
 """
 
 import numpy as np
 from numba import njit
 
-from .bitboard import lsb, msb
+from .bitboard import lsb, msb, popcount
 from .position import (W_WHITE, W_BLACK, W_PAWN, W_KNIGHT, W_BISHOP, W_ROOK, W_QUEEN, W_KING,
                        PAWN, KNIGHT, BISHOP, ROOK, QUEEN)
 
@@ -233,6 +234,19 @@ def pawn_attacks_set(pawns_bb, colour):
     if colour == 0:
         return ((p & _NOT_A) << U64(7)) | ((p & _NOT_H) << U64(9))
     return ((p & _NOT_A) >> U64(9)) | ((p & _NOT_H) >> U64(7))
+
+
+@njit(cache=True, nogil=True)
+def count_attackers(sq, occ, colour, pawns, knights, bishops, rooks, queens, kings):
+    """Number of the given pieces (pawns of `colour` and the other sets, bitboards) attacking
+    square sq under occupancy occ: cnt_c(sq) of a position without the attack table. The attack
+    relation is symmetric, so it looks outward from sq: a slider reaches sq iff sq reaches it, and
+    a pawn of `colour` attacks sq from where a pawn of the other colour on sq would attack."""
+    return (popcount(PAWN_ATTACKS[1 - colour, sq] & U64(pawns))
+            + popcount(KNIGHT_ATTACKS[sq] & U64(knights))
+            + popcount(bishop_attacks(sq, occ) & (U64(bishops) | U64(queens)))
+            + popcount(rook_attacks(sq, occ) & (U64(rooks) | U64(queens)))
+            + popcount(KING_ATTACKS[sq] & U64(kings)))
 
 
 @njit(cache=True, nogil=True)

@@ -30,12 +30,13 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from tuner.chess.attacks import (bishop_attacks, king_attacks, knight_attacks, pawn_attacks_set,
-                                 rook_attacks)
+from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, knight_attacks,
+                                 pawn_attacks_set, rook_attacks)
 from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, chebyshev, east,
                                   file_fill, flip_vertical, lsb, popcount, south_fill, west)
 from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
 
+from .common import add_nonzero, check_domain, pack_score, s16, score_eg, score_mg, trunc_div
 from .registry import ParamRegistry
 
 JIT = dict(cache=True, nogil=True)
@@ -121,25 +122,6 @@ def _bit(bb, sq):
     return np.int64((U64(bb) >> U64(sq)) & _1)
 
 
-@njit(**INLINE)
-def _attackers(q, occ, north, P, N, B, R, Q, K):
-    """Number of pieces (pawns P, knights N, ...) attacking square q, for the side whose pawns
-    move north (`north` true: us) or south (the opponent, seen from our frame). The attack
-    relation is symmetric, so look from q: a slider reaches q iff q reaches it, and a pawn attacks
-    q from where an opposite-moving pawn on q would attack."""
-    pawn_src = pawn_attacks_set(_1 << U64(q), 1 if north else 0)
-    return (popcount(pawn_src & P) + popcount(knight_attacks(q) & N)
-            + popcount(bishop_attacks(q, occ) & (B | Q)) + popcount(rook_attacks(q, occ) & (R | Q))
-            + popcount(king_attacks(q) & K))
-
-
-@njit(**INLINE)
-def _add(acc, index, coef):
-    """lin_add for counts that are often zero: skip them, so they never reach the tape."""
-    if coef != 0:
-        lin_add(acc, index, coef)
-
-
 # ---------------------------------------------------------------------------------------------
 # One side, in its own frame (it moves north). `sign` is +1 for White, -1 for Black.
 
@@ -202,7 +184,7 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         checkers += popcount(a & chk_d)
         light = _bit(LIGHT_SQUARES, s)
         n = light * n_light + (1 - light) * n_dark
-        _add(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
+        add_nonzero(acc, BISHOP_PAWNS + n, sign * ((1 - _bit(pa, s)) + blocked_central))
 
     bb = R
     while bb:
@@ -228,38 +210,38 @@ def _pieces(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     lin_add(acc, KING_PSQT + (ksq ^ x), sign)
     lin_add(acc, KING_MOBILITY + popcount(a & mob_mask), sign)
 
-    _add(acc, BISHOP_PAIR_VAL, sign * np.int64(popcount(B) >= 2))
+    add_nonzero(acc, BISHOP_PAIR_VAL, sign * np.int64(popcount(B) >= 2))
 
     # Threats (set intersections: each attacked piece once per term).
-    _add(acc, PAWN_THREAT_KNIGHT, sign * popcount(pa & oN))
-    _add(acc, PAWN_THREAT_BISHOP, sign * popcount(pa & oB))
-    _add(acc, PAWN_THREAT_ROOK, sign * popcount(pa & oR))
-    _add(acc, PAWN_THREAT_QUEEN, sign * popcount(pa & oQ))
-    _add(acc, KNIGHT_THREAT_BISHOP, sign * popcount(att_n & oB))
-    _add(acc, KNIGHT_THREAT_ROOK, sign * popcount(att_n & oR))
-    _add(acc, KNIGHT_THREAT_QUEEN, sign * popcount(att_n & oQ))
-    _add(acc, BISHOP_THREAT_KNIGHT, sign * popcount(att_b & oN))
-    _add(acc, BISHOP_THREAT_ROOK, sign * popcount(att_b & oR))
-    _add(acc, BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
+    add_nonzero(acc, PAWN_THREAT_KNIGHT, sign * popcount(pa & oN))
+    add_nonzero(acc, PAWN_THREAT_BISHOP, sign * popcount(pa & oB))
+    add_nonzero(acc, PAWN_THREAT_ROOK, sign * popcount(pa & oR))
+    add_nonzero(acc, PAWN_THREAT_QUEEN, sign * popcount(pa & oQ))
+    add_nonzero(acc, KNIGHT_THREAT_BISHOP, sign * popcount(att_n & oB))
+    add_nonzero(acc, KNIGHT_THREAT_ROOK, sign * popcount(att_n & oR))
+    add_nonzero(acc, KNIGHT_THREAT_QUEEN, sign * popcount(att_n & oQ))
+    add_nonzero(acc, BISHOP_THREAT_KNIGHT, sign * popcount(att_b & oN))
+    add_nonzero(acc, BISHOP_THREAT_ROOK, sign * popcount(att_b & oR))
+    add_nonzero(acc, BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
 
     # Pawn push threats: single pushes to empty squares, then the pushed pawn's attacks.
     pushed = (P << _8) & ~occ
     t = pawn_attacks_set(pushed, 0)
-    _add(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
-    _add(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
-    _add(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
-    _add(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
+    add_nonzero(acc, PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
+    add_nonzero(acc, PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
+    add_nonzero(acc, PAWN_PUSH_THREAT_ROOK, sign * popcount(t & oR))
+    add_nonzero(acc, PAWN_PUSH_THREAT_QUEEN, sign * popcount(t & oQ))
 
     # Rook files.
     own_files = file_fill(P)
     their_files = file_fill(oP)
-    _add(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
-    _add(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
+    add_nonzero(acc, ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
+    add_nonzero(acc, ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
 
     # Outposts (current enemy pawn attacks only).
     viable = _RANKS_4_6 & pa & ~opa
-    _add(acc, OUTPOST_KNIGHT_VAL, sign * popcount(N & viable))
-    _add(acc, OUTPOST_BISHOP_VAL, sign * popcount(B & viable))
+    add_nonzero(acc, OUTPOST_KNIGHT_VAL, sign * popcount(N & viable))
+    add_nonzero(acc, OUTPOST_BISHOP_VAL, sign * popcount(B & viable))
 
     return checkers
 
@@ -272,7 +254,7 @@ def _pawns(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
     ksq = lsb(K) & 63
     oksq = lsb(oK) & 63
 
-    _add(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
+    add_nonzero(acc, DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
 
     span = south_fill(oP >> _8)
     span |= east(span) | west(span)
@@ -283,10 +265,11 @@ def _pawns(acc, sign, P, N, B, R, Q, K, oP, oN, oB, oR, oQ, oK):
         i = (s >> 3) - 1
         q = s + 8
         lin_add(acc, PASSED_PAWN + i, sign)
-        defended = (_attackers(q, occ, True, P, N, B, R, Q, K)
-                    > _attackers(q, occ, False, oP, oN, oB, oR, oQ, oK))
-        _add(acc, DEFENDED_PASSED_PUSH + i, sign * np.int64(defended))
-        _add(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
+        # ours move north (colour 0 in our frame), theirs south
+        defended = (count_attackers(q, occ, 0, P, N, B, R, Q, K)
+                    > count_attackers(q, occ, 1, oP, oN, oB, oR, oQ, oK))
+        add_nonzero(acc, DEFENDED_PASSED_PUSH + i, sign * np.int64(defended))
+        add_nonzero(acc, BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
         lin_add(acc, FRIENDLY_KING_PASSED_PAWN_DISTANCE + chebyshev(ksq, s), sign)
         lin_add(acc, ENEMY_KING_PASSED_PAWN_DISTANCE + chebyshev(oksq, s), sign)
 
@@ -325,11 +308,11 @@ def features(pos, acc):
     bP, bN, bB, bR, bQ, bK = flip_vertical(aP), flip_vertical(aN), flip_vertical(aB), flip_vertical(aR), flip_vertical(aQ), flip_vertical(aK)
     vP, vN, vB, vR, vQ, vK = flip_vertical(wP), flip_vertical(wN), flip_vertical(wB), flip_vertical(wR), flip_vertical(wQ), flip_vertical(wK)
 
-    _add(acc, PAWN_MAT, popcount(wP) - popcount(aP))
-    _add(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))
-    _add(acc, BISHOP_MAT, popcount(wB) - popcount(aB))
-    _add(acc, ROOK_MAT, popcount(wR) - popcount(aR))
-    _add(acc, QUEEN_MAT, popcount(wQ) - popcount(aQ))
+    add_nonzero(acc, PAWN_MAT, popcount(wP) - popcount(aP))
+    add_nonzero(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))
+    add_nonzero(acc, BISHOP_MAT, popcount(wB) - popcount(aB))
+    add_nonzero(acc, ROOK_MAT, popcount(wR) - popcount(aR))
+    add_nonzero(acc, QUEEN_MAT, popcount(wQ) - popcount(aQ))
     lin_add(acc, TEMPO_VAL, 1 - 2 * stm)
 
     chk_vs_b = _pieces(acc, np.int64(1), wP, wN, wB, wR, wQ, wK,
@@ -337,7 +320,7 @@ def features(pos, acc):
     chk_vs_w = _pieces(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK,
                                            vP, vN, vB, vR, vQ, vK)
     # Potential checkers are a penalty for the side whose king is looked at.
-    _add(acc, POTENTIAL_CHECKER_VAL, chk_vs_w - chk_vs_b)
+    add_nonzero(acc, POTENTIAL_CHECKER_VAL, chk_vs_w - chk_vs_b)
 
     _pawns(acc, np.int64(1), wP, wN, wB, wR, wQ, wK, aP, aN, aB, aR, aQ, aK)
     _pawns(acc, np.int64(-1), bP, bN, bB, bR, bQ, bK, vP, vN, vB, vR, vQ, vK)
@@ -358,28 +341,14 @@ def record_eval(tape, acc, pos):
 # Engine integer semantics (spec section 5).
 
 
-@njit(**INLINE)
-def _s16(x):
-    x &= 0xFFFF
-    return x - 0x10000 if x >= 0x8000 else x
-
-
 @njit(**JIT)
 def int_eval(mg, eg, phase):
     """The engine's `evaluate_white_pov` from integer MG, EG totals and phase (0..24): 32-bit
     packed score (eg * 65536 + mg) unpacked into 16-bit halves, blended with C++ truncating
     division by 24, narrowed to 16 bits."""
-    mg = np.int64(mg)
-    eg = np.int64(eg)
+    packed = pack_score(mg, eg)
     p = np.int64(phase)
-    packed = (eg * 65536 + mg) & 0xFFFFFFFF
-    mg16 = _s16(packed)
-    eg16 = _s16(((packed + 0x8000) & 0xFFFFFFFF) >> 16)
-    num = mg16 * p + eg16 * (PHASE_MAX - p)
-    q = abs(num) // PHASE_MAX
-    if num < 0:
-        q = -q
-    return _s16(q)
+    return s16(trunc_div(score_mg(packed) * p + score_eg(packed) * (PHASE_MAX - p), PHASE_MAX))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +394,11 @@ def int_eval_batch(mg, eg, phases, out):
     """`int_eval` elementwise over integer-valued arrays (out: int64[N])."""
     for i in range(mg.shape[0]):
         out[i] = int_eval(np.int64(mg[i]), np.int64(eg[i]), phases[i])
+
+
+def new_scratch():
+    """The per-thread scratch `record_eval` and `record_batch` take: a linear accumulator."""
+    return new_accumulator(N_PARAMS)
 
 
 @lru_cache(maxsize=None)
@@ -473,7 +447,7 @@ def evaluate_positions(positions, params=None):
     positions = np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 9)
     values = load_params(params)
     n = positions.shape[0]
-    acc = new_accumulator(N_PARAMS)
+    acc = new_scratch()
     mg = np.empty(n)
     eg = np.empty(n)
     phase = np.empty(n, np.int64)
@@ -497,7 +471,7 @@ def feature_counts(positions):
     positions = np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 9)
     counts = np.zeros((positions.shape[0], N_PARAMS), np.int32)
     phases = np.empty(positions.shape[0], np.int64)
-    counts_batch(positions, new_accumulator(N_PARAMS), counts, phases)
+    counts_batch(positions, new_scratch(), counts, phases)
     return counts, phases
 
 
@@ -516,20 +490,6 @@ def evaluate_fen(fen: str, params=None):
     counts, _ = feature_counts(pos.reshape(1, 9))
     return (int(ie[0]), float(cont[0]), float(mg[0]), float(eg[0]), int(phase[0]),
             counts[0].astype(np.int64))
-
-
-def check_domain(pos) -> None:
-    """Raise ValueError for positions the engine's evaluation does not define (spec section 10):
-    not exactly one king per colour, or pawns on the first or last rank."""
-    pos = np.asarray(pos, dtype=np.uint64)
-    white, black, pawns, kings = (int(pos[0]), int(pos[1]), int(pos[2]), int(pos[7]))
-    for name, side in (("white", white), ("black", black)):
-        n = bin(side & kings).count("1")
-        if n != 1:
-            raise ValueError(f"{name} has {n} kings (the evaluation needs exactly one per side)")
-    if pawns & 0xFF000000000000FF:
-        raise ValueError("pawn on the first or last rank (outside the evaluation's domain)")
-
 
 
 # ---------------------------------------------------------------------------------------------

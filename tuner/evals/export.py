@@ -1,14 +1,20 @@
 """Exporting parameter values: Clockwork C++ source (``to_cpp``) and registry JSON (``to_json``).
 
-``to_cpp`` writes paste-ready source in the style of Clockwork's ``src/eval_constants.hpp``:
-scalars as ``inline const PParam NAME = S(mg, eg);``, arrays as
-``inline const std::array<PParam, N> NAME = { S(..), ... };``, piece-square tables eight entries a
-line, constant (never tuned) entries as ``CS(mg, eg)``. Values are rounded to integers like C++
-``std::round`` (half away from zero), which is what the engine's tuner prints after every epoch.
+``to_cpp`` writes paste-ready source in the style of Clockwork's ``src/eval_constants.hpp``.
+A registry whose groups are exactly those of a known engine header (`ENGINE_HEADERS`: the one of
+commit 10d79e6, with its value parameters and the king-safety sigmoid) is written in that header's
+own layout, line for line as the engine's tuner prints it (``S(mg, eg)``, ``V(v)``, tables eight
+entries a line, ``std::array<std::array<..>>`` blocks, ``TunableSigmoid<B> NAME(a, a, c, c)``).
+Any other registry of pairs is written generically: scalars as ``inline const PParam NAME =
+S(mg, eg);``, arrays as ``inline const std::array<PParam, N> NAME = { S(..), ... };``,
+piece-square tables eight entries a line. Constant (never tuned) entries are ``CS(..)`` /
+``CV(..)``. Values are rounded to integers like C++ ``std::round`` (half away from zero), which is
+what the engine's tuner prints after every epoch (``std::lround`` for the sigmoid's arguments).
 """
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -29,7 +35,7 @@ def round_half_away(x: float) -> int:
 
 
 def round_params(values) -> np.ndarray:
-    """float64[n, 2] rounded with ``std::round`` semantics, as int64."""
+    """Values of any shape (e.g. float64[n, 2]) rounded with ``std::round`` semantics, as int64."""
     v = np.asarray(values, dtype=np.float64)
     out = np.empty(v.shape, dtype=np.int64)
     flat_in, flat_out = v.reshape(-1), out.reshape(-1)
@@ -42,10 +48,24 @@ def _is_table(g) -> bool:
     return g.name.endswith("_PSQT") or (len(g.shape) == 1 and g.shape[0] in (48, 64))
 
 
-def to_cpp(registry: ParamRegistry, values=None, namespace: str = "Clockwork") -> str:
-    """Clockwork ``eval_constants.hpp`` source for ``values`` (float64[n, 2]; defaults if None)."""
+def to_cpp(registry: ParamRegistry, values=None, namespace: str = "Clockwork",
+           value_values=None) -> str:
+    """Clockwork ``eval_constants.hpp`` source for ``values`` (float64[n_params, 2]) and
+    ``value_values`` (float64[n_values]); defaults where None. See the module docstring."""
     v = registry.defaults if values is None else registry.check_values(values)
-    iv = round_params(v)
+    vv = registry.value_defaults if value_values is None else registry.check_value_values(value_values)
+    template = header_template(registry)
+    if template is not None:
+        return _fill_template(template, registry, v, vv, namespace)
+    if registry.n_values:
+        raise ValueError("value parameters can only be exported in the layout of a known engine "
+                         f"header ({', '.join(ENGINE_HEADERS)})")
+    return _generic_cpp(registry, v, namespace)
+
+
+def _generic_cpp(registry: ParamRegistry, values, namespace: str) -> str:
+    """eval_constants.hpp-style source of a pairs-only registry (scalars and 1-D arrays)."""
+    iv = round_params(values)
     const = registry.constant
 
     def s(i: int) -> str:
@@ -87,18 +107,211 @@ def to_cpp(registry: ParamRegistry, values=None, namespace: str = "Clockwork") -
     return "\n".join(out)
 
 
-def to_json(registry: ParamRegistry, values=None, path=None) -> str:
+def to_json(registry: ParamRegistry, values=None, path=None, value_values=None) -> str:
     """Registry-schema JSON for ``values`` (exact round trip through ``ParamRegistry.from_json``)."""
-    return registry.to_json(values, path)
+    return registry.to_json(values, path, value_values)
 
 
-def export(registry: ParamRegistry, values, fmt: str, path=None) -> str:
-    """Format ``values`` as ``fmt`` ('cpp' or 'json'); write to ``path`` if given; return the text."""
+def export(registry: ParamRegistry, values, fmt: str, path=None, value_values=None) -> str:
+    """Format ``values`` (and ``value_values``) as ``fmt`` ('cpp' or 'json'); write to ``path``
+    if given; return the text."""
     if fmt == "json":
-        return registry.to_json(values, path)
+        return registry.to_json(values, path, value_values)
     if fmt == "cpp":
-        text = to_cpp(registry, values)
+        text = to_cpp(registry, values, value_values=value_values)
         if path is not None:
             atomic_write(path, text)
         return text
     raise ValueError(f"unknown export format {fmt!r} (expected 'cpp' or 'json')")
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine headers reproduced line for line. A template is the header's text with every parameter
+# replaced: ``@NAME`` is a scalar pair or value, a line ``@array NAME`` / ``@psqt NAME`` /
+# ``@array2d NAME`` a 1-D array (one line), a table (eight entries a line) or a 2-D array, and
+# ``@sigmoid NAME`` a TunableSigmoid (its pairs NAME.a and NAME.c). ``@namespace`` is the namespace.
+
+HEADER_10D79E6 = """#pragma once
+
+#include "eval_types.hpp"
+
+namespace @namespace {
+
+// clang-format off
+inline const PParam PAWN_MAT   = @PAWN_MAT;
+inline const PParam KNIGHT_MAT = @KNIGHT_MAT;
+inline const PParam BISHOP_MAT = @BISHOP_MAT;
+inline const PParam ROOK_MAT   = @ROOK_MAT;
+inline const PParam QUEEN_MAT  = @QUEEN_MAT;
+
+inline const PParam TEMPO_VAL  = @TEMPO_VAL;
+
+inline const PParam BISHOP_XRAY_PAWNS   = @BISHOP_XRAY_PAWNS;
+inline const PParam BISHOP_PAIR_VAL   = @BISHOP_PAIR_VAL;
+inline const PParam ROOK_OPEN_VAL     = @ROOK_OPEN_VAL;
+inline const PParam ROOK_SEMIOPEN_VAL = @ROOK_SEMIOPEN_VAL;
+inline const PParam MINOR_BEHIND_PAWN = @MINOR_BEHIND_PAWN;
+inline const PParam RESTRICTED_SQUARES = @RESTRICTED_SQUARES;
+
+inline const PParam DOUBLED_PAWN_VAL = @DOUBLED_PAWN_VAL;
+inline const PParam ISOLATED_PAWN_VAL = @ISOLATED_PAWN_VAL;
+
+inline const PParam POTENTIAL_CHECKER_VAL = @POTENTIAL_CHECKER_VAL;
+inline const PParam OUTPOST_KNIGHT_VAL    = @OUTPOST_KNIGHT_VAL;
+inline const PParam OUTPOST_BISHOP_VAL    = @OUTPOST_BISHOP_VAL;
+
+inline const PParam PAWN_PUSH_THREAT_KNIGHT = @PAWN_PUSH_THREAT_KNIGHT;
+inline const PParam PAWN_PUSH_THREAT_BISHOP = @PAWN_PUSH_THREAT_BISHOP;
+inline const PParam PAWN_PUSH_THREAT_ROOK   = @PAWN_PUSH_THREAT_ROOK;
+inline const PParam PAWN_PUSH_THREAT_QUEEN  = @PAWN_PUSH_THREAT_QUEEN;
+
+@array PAWN_PHALANX
+@array DEFENDED_PAWN
+@array PASSED_PAWN
+@array PASSED_CLEAR_STOPPERS
+@array PASSED_CLEAR_FORWARD
+@array DEFENDED_PASSED_PUSH
+@array BLOCKED_PASSED_PAWN
+
+@array FRIENDLY_KING_PASSED_PAWN_DISTANCE
+@array ENEMY_KING_PASSED_PAWN_DISTANCE
+
+@array KNIGHT_MOBILITY
+@array BISHOP_MOBILITY
+@array ROOK_MOBILITY
+@array QUEEN_MOBILITY
+
+inline const PParam PAWN_THREAT_KNIGHT = @PAWN_THREAT_KNIGHT;
+inline const PParam PAWN_THREAT_BISHOP = @PAWN_THREAT_BISHOP;
+inline const PParam PAWN_THREAT_ROOK   = @PAWN_THREAT_ROOK;
+inline const PParam PAWN_THREAT_QUEEN  = @PAWN_THREAT_QUEEN;
+
+@array MINOR_THREAT
+@array ROOK_THREAT
+inline const PParam KING_THREAT  = @KING_THREAT;
+inline const PParam HANGING_PAWN  = @HANGING_PAWN;
+inline const PParam HANGING_NON_PAWN  = @HANGING_NON_PAWN;
+
+@array KNIGHT_ON_QUEEN
+@array BISHOP_ON_QUEEN
+@array ROOK_ON_QUEEN
+
+@array BISHOP_PAWNS
+
+inline const PParam ROOK_LINEUP = @ROOK_LINEUP;
+
+@psqt PAWN_PSQT
+@psqt KNIGHT_PSQT
+@psqt BISHOP_PSQT
+@psqt ROOK_PSQT
+@psqt QUEEN_PSQT
+@psqt KING_PSQT
+
+inline const PParam KS_NO_QUEEN = @KS_NO_QUEEN;
+
+@array PT_INNER_RING_ATTACKS
+@array PT_OUTER_RING_ATTACKS
+
+inline const PParam KS_FLANK_ATTACK = @KS_FLANK_ATTACK;
+inline const PParam KS_FLANK_DEFENSE = @KS_FLANK_DEFENSE;
+inline const PParam KS_FLANK_DOUBLE_ATTACK   = @KS_FLANK_DOUBLE_ATTACK;
+inline const PParam KS_FLANK_DOUBLE_DEFENSE  = @KS_FLANK_DOUBLE_DEFENSE;
+
+@array2d KING_SHELTER
+@array BLOCKED_SHELTER_STORM
+@array2d SHELTER_STORM
+@sigmoid KING_SAFETY_ACTIVATION
+
+inline VParam WINNABLE_PAWNS = @WINNABLE_PAWNS;
+inline VParam WINNABLE_SYM = @WINNABLE_SYM;
+inline VParam WINNABLE_ASYM = @WINNABLE_ASYM;
+inline VParam WINNABLE_PAWN_ENDGAME = @WINNABLE_PAWN_ENDGAME;
+inline VParam WINNABLE_BIAS = @WINNABLE_BIAS;
+
+// clang-format on
+}  // namespace @namespace
+"""
+
+#: Engine commit -> its eval_constants.hpp as a template.
+ENGINE_HEADERS = {"10d79e6": HEADER_10D79E6}
+
+_SCALAR = re.compile(r"@(\w+)")
+_BLOCK = re.compile(r"^@(array|psqt|array2d|sigmoid) (\w+)$")
+PSQT_CELL = 16            # the engine's tuner prints table cells with std::setw(16)
+PSQT_PER_LINE = 8
+SIGMOID_INDENT = " " * 8
+SIGMOID_SCALE_KEY = "sigmoid_B"
+
+
+def _template_names(template: str) -> list:
+    """The parameter group names a template refers to, in order."""
+    names = []
+    for line in template.split("\n"):
+        m = _BLOCK.match(line)
+        if m:
+            kind, name = m.groups()
+            names += [name + ".a", name + ".c"] if kind == "sigmoid" else [name]
+        else:
+            names += [n for n in _SCALAR.findall(line) if n != "namespace"]
+    return names
+
+
+def header_template(registry: ParamRegistry):
+    """The engine header template whose groups are exactly the registry's, or None."""
+    for template in ENGINE_HEADERS.values():
+        if _template_names(template) == registry.names:
+            return template
+    return None
+
+
+def cpp_round(x: float) -> str:
+    """A value as the engine's tuner prints it: ``std::round`` through an ostream, so a negative
+    value that rounds to zero prints as ``-0``."""
+    r = round_half_away(x)
+    return "-0" if r == 0 and math.copysign(1.0, float(x)) < 0 else str(r)
+
+
+def _fill_template(template: str, registry: ParamRegistry, v, vv, namespace: str) -> str:
+    def pair(i, const):
+        return f"{'CS' if const[i] else 'S'}({cpp_round(v[i, 0])}, {cpp_round(v[i, 1])})"
+
+    def scalar(name):
+        g = registry.group(name)
+        if g.kind == "value":
+            return f"{'CV' if g.constant[0] else 'V'}({cpp_round(vv[g.offset])})"
+        return pair(g.offset, registry.constant)
+
+    out = []
+    for line in template.split("\n"):
+        m = _BLOCK.match(line)
+        if m is None:
+            out.append(_SCALAR.sub(lambda k: namespace if k.group(1) == "namespace"
+                                   else scalar(k.group(1)), line))
+            continue
+        kind, name = m.groups()
+        if kind == "sigmoid":
+            a, c = registry.group(name + ".a"), registry.group(name + ".c")
+            scale = dict(a.extra)[SIGMOID_SCALE_KEY]
+            args = [round_half_away(x) for x in (v[a.offset, 0], v[a.offset, 1],
+                                                  v[c.offset, 0], v[c.offset, 1])]
+            out += [f"inline TunableSigmoid<{scale}> {name}(",
+                    SIGMOID_INDENT + ", ".join(str(x) for x in args), ");"]
+            continue
+        g = registry.group(name)
+        cells = [pair(i, registry.constant) for i in range(g.offset, g.stop)]
+        if kind == "array2d":
+            rows, cols = g.shape
+            out.append(f"inline const std::array<std::array<PParam, {cols}>, {rows}> {name} = {{{{")
+            for r in range(rows):
+                out.append("  {{" + "".join(f" {c}," for c in cells[r * cols:(r + 1) * cols]) + " }},")
+            out.append("}};")
+            continue
+        out.append(f"inline const std::array<PParam, {g.size}> {name} = {{")
+        if kind == "psqt":
+            for r in range(0, g.size, PSQT_PER_LINE):
+                out.append("    " + "".join((c + ",").ljust(PSQT_CELL)
+                                            for c in cells[r:r + PSQT_PER_LINE]) + "//")
+        else:
+            out.append("   " + "".join(f" {c}," for c in cells))
+        out.append("};")
+    return "\n".join(out)

@@ -11,6 +11,10 @@ An evaluation is three things (see `tuner.evals`):
 * ``record_batch``: the three-line loop below, written in each evaluation module so that Numba
   can cache the compiled trainer.
 
+The working memory ``record_eval`` takes (here ``acc``) is a linear accumulator over the registry's
+pairs unless the module defines ``new_scratch()`` to make something else (see
+`tuner.evals.clockwork_10d79e6`).
+
 Register the module in `tuner.evals.EVALUATIONS` and name it in a config's ``[evaluation] name``.
 Being linear, this one trains by record-once replay.
 """

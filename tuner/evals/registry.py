@@ -1,15 +1,25 @@
-"""Parameter registry: names, shapes, flat offsets, defaults and constant flags of an evaluation.
+"""Parameter registry: names, kinds, shapes, flat offsets, defaults and constant flags.
 
-The on-disk schema is the one of ``clockwork-params.json`` (see ``tuner/evals/params/``)::
+The on-disk schema is the one of ``clockwork-params.json`` / ``clockwork-head-params.json`` (see
+``tuner/evals/params/``)::
 
     {"source": ..., "format": ..., "K": ..., "phase_weights": {...}, "phase_max": 24,
-     "total_pair_entries": N, "constant_pair_entries": C,
-     "params": [{"name": ..., "shape": [...], "offset": ..., "values": [[mg, eg], ...],
-                 "constant": [bool, ...]}, ...]}
+     "total_pair_entries": N, "total_value_entries": V,
+     "constant_pair_entries": C, "constant_value_entries": D,
+     "params": [{"name": ..., "kind": "pair" | "value", "shape": [...], "offset": ...,
+                 "values": [...], "constant": [bool, ...]}, ...]}
 
-Every parameter entry is a pair (mg, eg). Groups are stored in registration order and flattened
-row-major, so entry ``i`` of group ``g`` has flat index ``g.offset + i``. ``ParamRegistry.to_json``
-writes the same schema with the values replaced, so a tuned output is readable by ``from_json``.
+An entry of kind ``pair`` is an (mg, eg) pair, written ``[mg, eg]``; an entry of kind ``value`` is
+a scalar. Other fields of an entry (e.g. ``sigmoid_B``) are kept in ``ParamGroup.extra`` and
+written back. Entries without ``kind`` are pairs, and the ``*_value_entries`` counts are optional, so
+pairs-only files written before value parameters existed load unchanged. Pairs and values live in
+two separate flat vectors: groups are kept in registration order and flattened row-major, and entry
+``i`` of group ``g`` has index ``g.offset + i`` in its own kind's vector.
+
+``ParamRegistry.to_json`` writes the same schema with the values replaced, so a tuned output is
+readable by ``from_json``. A registry with value parameters writes ``kind`` on every group and the
+value counts; a pairs-only registry writes the original schema (no ``kind``), byte for byte what it
+was before.
 """
 from __future__ import annotations
 
@@ -23,17 +33,24 @@ import numpy as np
 from tuner.fileio import atomic_write
 
 _SCHEMA_KEYS = ("source", "format", "K", "phase_weights", "phase_max")
+_ENTRY_KEYS = ("name", "kind", "shape", "offset", "values", "constant")
+
+PAIR = "pair"
+VALUE = "value"
+KINDS = (PAIR, VALUE)
 
 
 @dataclass(frozen=True)
 class ParamGroup:
-    """One named parameter (a scalar pair or an array of pairs)."""
+    """One named parameter: a scalar or an array of pairs (kind "pair") or of values ("value")."""
 
     name: str
     shape: tuple
-    offset: int
+    offset: int     # index of the first entry in its kind's flat vector
     size: int
     constant: tuple  # one bool per entry
+    kind: str = PAIR
+    extra: tuple = ()  # the JSON entry's other fields, as (key, value) items in file order
 
     @property
     def stop(self) -> int:
@@ -51,31 +68,47 @@ class ParamGroup:
 
 
 class ParamRegistry:
-    """Ordered set of pair parameters with flat offsets, defaults and constant flags.
+    """Ordered set of pair and value parameters with flat offsets, defaults and constant flags.
 
-    Attributes: ``groups`` (list of ParamGroup), ``names`` (group names in order), ``n_params``
-    (number of pair entries), ``defaults`` (float64[n_params, 2]), ``constant`` (bool[n_params]),
-    ``meta`` (the other top-level JSON fields: source, format, K, phase_weights, phase_max).
+    Attributes: ``groups`` (every ParamGroup, in registration order), ``pair_groups`` and
+    ``value_groups`` (the groups of each kind, in order), ``names`` (group names in order),
+    ``n_params`` (number of pair entries), ``defaults`` (float64[n_params, 2]), ``constant``
+    (bool[n_params]), ``n_values`` (number of value entries), ``value_defaults``
+    (float64[n_values]), ``value_constant`` (bool[n_values]), ``meta`` (the other top-level JSON
+    fields: source, format, K, phase_weights, phase_max).
     """
 
-    def __init__(self, groups: Sequence[ParamGroup], defaults: np.ndarray, meta: dict | None = None):
+    def __init__(self, groups: Sequence[ParamGroup], defaults: np.ndarray,
+                 meta: dict | None = None, value_defaults: np.ndarray | None = None):
         self.groups = list(groups)
         self.names = [g.name for g in self.groups]
         self._by_name = {g.name: g for g in self.groups}
         if len(self._by_name) != len(self.groups):
             raise ValueError("duplicate parameter name in registry")
-        n = 0
-        for g in self.groups:
-            if g.offset != n:
-                raise ValueError(f"{g.name}: offset {g.offset}, expected {n}")
-            if len(g.constant) != g.size or int(np.prod(g.shape, dtype=np.int64)) != g.size:
-                raise ValueError(f"{g.name}: shape/size/constant length mismatch")
-            n += g.size
-        self.n_params = n
-        self.defaults = np.ascontiguousarray(defaults, dtype=np.float64).reshape(n, 2)
-        self.defaults.setflags(write=False)
-        self.constant = np.array([c for g in self.groups for c in g.constant], dtype=np.bool_)
-        self.constant.setflags(write=False)
+        sizes = {}
+        for kind in KINDS:
+            n = 0
+            for g in self.groups:
+                if g.kind not in KINDS:
+                    raise ValueError(f"{g.name}: kind {g.kind!r}, expected one of {KINDS}")
+                if g.kind != kind:
+                    continue
+                if g.offset != n:
+                    raise ValueError(f"{g.name}: offset {g.offset}, expected {n}")
+                if len(g.constant) != g.size or int(np.prod(g.shape, dtype=np.int64)) != g.size:
+                    raise ValueError(f"{g.name}: shape/size/constant length mismatch")
+                n += g.size
+            sizes[kind] = n
+        self.pair_groups = [g for g in self.groups if g.kind == PAIR]
+        self.value_groups = [g for g in self.groups if g.kind == VALUE]
+        self.n_params = sizes[PAIR]
+        self.n_values = sizes[VALUE]
+        self.defaults = _frozen(np.ascontiguousarray(defaults, dtype=np.float64).reshape(self.n_params, 2))
+        vd = np.zeros(0) if value_defaults is None else value_defaults
+        self.value_defaults = _frozen(np.ascontiguousarray(vd, dtype=np.float64).reshape(self.n_values))
+        self.constant = _frozen(np.array([c for g in self.pair_groups for c in g.constant], dtype=np.bool_))
+        self.value_constant = _frozen(np.array([c for g in self.value_groups for c in g.constant],
+                                               dtype=np.bool_))
         self.meta = dict(meta or {})
 
     # ------------------------------------------------------------------ lookup
@@ -98,7 +131,8 @@ class ParamRegistry:
         return self.group(name).offset
 
     def index(self, name: str, *idx: int) -> int:
-        """Flat index of ``name`` (scalar) or ``name[idx...]`` (array), bounds-checked."""
+        """Flat index of ``name`` (scalar) or ``name[idx...]`` (array) in its kind's vector,
+        bounds-checked."""
         g = self.group(name)
         if len(idx) != len(g.shape):
             raise IndexError(f"{name} has shape {g.shape}, got index {idx}")
@@ -107,28 +141,37 @@ class ParamRegistry:
                 raise IndexError(f"{name}{list(idx)} out of range for shape {g.shape}")
         return g.offset + (int(np.ravel_multi_index(idx, g.shape)) if g.shape else 0)
 
-    def group_of(self, flat: int) -> ParamGroup:
-        """The group holding flat index ``flat``."""
+    def group_of(self, flat: int, kind: str = PAIR) -> ParamGroup:
+        """The group of kind `kind` holding flat index ``flat`` of that kind's vector."""
         for g in self.groups:
-            if g.offset <= flat < g.stop:
+            if g.kind == kind and g.offset <= flat < g.stop:
                 return g
-        raise IndexError(f"flat index {flat} out of range 0..{self.n_params - 1}")
+        n = self.n_params if kind == PAIR else self.n_values
+        raise IndexError(f"flat {kind} index {flat} out of range 0..{n - 1}")
 
     def entry_names(self) -> list:
-        """One readable name per flat entry, e.g. ``KNIGHT_MOBILITY[3]``."""
-        return [g.entry_name(i) for g in self.groups for i in range(g.size)]
+        """One readable name per flat pair entry, e.g. ``KNIGHT_MOBILITY[3]``."""
+        return [g.entry_name(i) for g in self.pair_groups for i in range(g.size)]
+
+    def value_entry_names(self) -> list:
+        """One readable name per flat value entry."""
+        return [g.entry_name(i) for g in self.value_groups for i in range(g.size)]
 
     def group_ids(self) -> np.ndarray:
-        """int32[n_params]: the group number of each flat entry."""
+        """int32[n_params]: for each flat pair entry, the position of its group in ``groups``."""
         out = np.empty(self.n_params, dtype=np.int32)
         for k, g in enumerate(self.groups):
-            out[g.slice] = k
+            if g.kind == PAIR:
+                out[g.slice] = k
         return out
 
     def values_of(self, values: np.ndarray, name: str) -> np.ndarray:
-        """View of ``values[n_params, 2]`` for one group, reshaped to ``shape + (2,)``."""
+        """View of one group in its kind's values: ``values[n_params, 2]`` reshaped to
+        ``shape + (2,)`` for a pair group, ``values[n_values]`` reshaped to ``shape`` for a value
+        group."""
         g = self.group(name)
-        return np.asarray(values)[g.slice].reshape(g.shape + (2,))
+        v = np.asarray(values)[g.slice]
+        return v.reshape(g.shape + (2,)) if g.kind == PAIR else v.reshape(g.shape)
 
     def check_values(self, values) -> np.ndarray:
         v = np.asarray(values, dtype=np.float64)
@@ -136,12 +179,21 @@ class ParamRegistry:
             raise ValueError(f"values must have shape ({self.n_params}, 2), got {v.shape}")
         return v
 
+    def check_value_values(self, value_values) -> np.ndarray:
+        v = np.asarray(value_values, dtype=np.float64)
+        if v.shape != (self.n_values,):
+            raise ValueError(f"value parameters must have shape ({self.n_values},), got {v.shape}")
+        return v
+
     # ------------------------------------------------------------------ JSON I/O
     @classmethod
     def from_dict(cls, d: dict) -> "ParamRegistry":
         groups = []
-        vals = []
+        vals = {PAIR: [], VALUE: []}
         for p in d["params"]:
+            kind = p.get("kind", PAIR)
+            if kind not in KINDS:
+                raise ValueError(f"{p['name']}: kind {kind!r}, expected one of {KINDS}")
             shape = tuple(int(k) for k in p["shape"])
             size = int(np.prod(shape, dtype=np.int64))
             values = p["values"]
@@ -149,17 +201,24 @@ class ParamRegistry:
             if len(values) != size or len(const) != size:
                 raise ValueError(f"{p['name']}: {len(values)} values / {len(const)} flags for shape {shape}")
             for v in values:
-                if len(v) != 2:
-                    raise ValueError(f"{p['name']}: every value must be an [mg, eg] pair")
-            groups.append(ParamGroup(p["name"], shape, int(p["offset"]), size, tuple(bool(c) for c in const)))
-            vals.extend(values)
-        defaults = np.array(vals, dtype=np.float64).reshape(-1, 2)
+                if kind == PAIR and (isinstance(v, (int, float)) or len(v) != 2):
+                    raise ValueError(f"{p['name']}: every value of a pair must be an [mg, eg] pair")
+                if kind == VALUE and not isinstance(v, (int, float)):
+                    raise ValueError(f"{p['name']}: every value of a value parameter must be a number")
+            extra = tuple((k, v) for k, v in p.items() if k not in _ENTRY_KEYS)
+            groups.append(ParamGroup(p["name"], shape, int(p["offset"]), size,
+                                     tuple(bool(c) for c in const), kind, extra))
+            vals[kind].extend(values)
+        defaults = np.array(vals[PAIR], dtype=np.float64).reshape(-1, 2)
+        value_defaults = np.array(vals[VALUE], dtype=np.float64)
         meta = {k: d[k] for k in _SCHEMA_KEYS if k in d}
-        reg = cls(groups, defaults, meta)
-        if "total_pair_entries" in d and d["total_pair_entries"] != reg.n_params:
-            raise ValueError(f"total_pair_entries {d['total_pair_entries']} != {reg.n_params} entries")
-        if "constant_pair_entries" in d and d["constant_pair_entries"] != int(reg.constant.sum()):
-            raise ValueError("constant_pair_entries does not match the constant flags")
+        reg = cls(groups, defaults, meta, value_defaults)
+        for key, have in (("total_pair_entries", reg.n_params),
+                          ("total_value_entries", reg.n_values),
+                          ("constant_pair_entries", int(reg.constant.sum())),
+                          ("constant_value_entries", int(reg.value_constant.sum()))):
+            if key in d and d[key] != have:
+                raise ValueError(f"{key} {d[key]} does not match the entries ({have})")
         return reg
 
     @classmethod
@@ -167,48 +226,74 @@ class ParamRegistry:
         with open(path) as f:
             return cls.from_dict(json.load(f))
 
-    def to_dict(self, values=None) -> dict:
+    def to_dict(self, values=None, value_values=None) -> dict:
         v = self.defaults if values is None else self.check_values(values)
+        vv = self.value_defaults if value_values is None else self.check_value_values(value_values)
+        with_kinds = self.n_values > 0
         d = {k: self.meta[k] for k in _SCHEMA_KEYS if k in self.meta}
         d["total_pair_entries"] = self.n_params
+        if with_kinds:
+            d["total_value_entries"] = self.n_values
         d["constant_pair_entries"] = int(self.constant.sum())
-        d["params"] = [
-            {"name": g.name, "shape": list(g.shape), "offset": g.offset,
-             "values": [[_num(v[i, 0]), _num(v[i, 1])] for i in range(g.offset, g.stop)],
-             "constant": list(g.constant)}
-            for g in self.groups
-        ]
+        if with_kinds:
+            d["constant_value_entries"] = int(self.value_constant.sum())
+        params = []
+        for g in self.groups:
+            p = {"name": g.name}
+            if with_kinds:
+                p["kind"] = g.kind
+            p["shape"] = list(g.shape)
+            p["offset"] = g.offset
+            p.update(g.extra)
+            if g.kind == PAIR:
+                p["values"] = [[_num(v[i, 0]), _num(v[i, 1])] for i in range(g.offset, g.stop)]
+            else:
+                p["values"] = [_num(vv[i]) for i in range(g.offset, g.stop)]
+            p["constant"] = list(g.constant)
+            params.append(p)
+        d["params"] = params
         return d
 
-    def dumps(self, values=None) -> str:
+    def dumps(self, values=None, value_values=None) -> str:
         """JSON text in the layout of clockwork-params.json (one group per three lines)."""
-        d = self.to_dict(values)
+        d = self.to_dict(values, value_values)
         head = {k: d[k] for k in d if k != "params"}
         lines = ["{"]
         for k, val in head.items():
             lines.append(f" {json.dumps(k)}: {json.dumps(val)},")
         lines.append(' "params": [')
         for j, p in enumerate(d["params"]):
-            vals = ", ".join(f"[{_fmt(a)}, {_fmt(b)}]" for a, b in p["values"])
-            lines.append(f'  {{"name": {json.dumps(p["name"])}, "shape": {json.dumps(p["shape"])}, '
-                         f'"offset": {p["offset"]},')
+            if p.get("kind", PAIR) == PAIR:
+                vals = ", ".join(f"[{_fmt(a)}, {_fmt(b)}]" for a, b in p["values"])
+            else:
+                vals = ", ".join(_fmt(a) for a in p["values"])
+            kind = f'"kind": {json.dumps(p["kind"])}, ' if "kind" in p else ""
+            extra = "".join(f" {json.dumps(k)}: {json.dumps(p[k])}," for k in p if k not in _ENTRY_KEYS)
+            lines.append(f'  {{"name": {json.dumps(p["name"])}, {kind}"shape": {json.dumps(p["shape"])}, '
+                         f'"offset": {p["offset"]},{extra}')
             lines.append(f"   \"values\": [{vals}],")
             lines.append(f"   \"constant\": {json.dumps(p['constant'])}}}" + ("," if j + 1 < len(d["params"]) else ""))
         lines.append(" ]")
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def to_json(self, values=None, path=None) -> str:
-        """Serialise ``values`` (float64[n_params, 2]; defaults if None) in the registry schema.
+    def to_json(self, values=None, path=None, value_values=None) -> str:
+        """Serialise ``values`` (float64[n_params, 2]) and ``value_values`` (float64[n_values];
+        defaults where None) in the registry schema.
 
         Floats are written with Python's shortest round-trip repr, integral values as integers, so
-        ``from_json(path).defaults`` equals ``values`` exactly. Writes to ``path`` if given (atomically,
-        via a temporary file) and returns the text.
+        ``from_json(path)`` gives back ``values`` and ``value_values`` exactly. Writes to ``path``
+        if given (atomically, via a temporary file) and returns the text.
         """
-        text = self.dumps(values)
+        text = self.dumps(values, value_values)
         if path is not None:
             atomic_write(path, text)
         return text
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
 
 
 def _num(x: float):

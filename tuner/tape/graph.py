@@ -18,7 +18,8 @@ from typing import Sequence, Union
 import numpy as np
 
 from . import ops
-from .arena import new_pair, new_tape, new_value, reset, zero_grad
+from .player import backward, forward
+from .recording import new_tape, reset, zero_grad
 
 Number = Union[int, float]
 
@@ -32,11 +33,11 @@ class Graph:
     # Leaves and parameters.
     def value(self, x: Number) -> "Value":
         """A constant value leaf."""
-        return Value(self, new_value(self.tape, float(x)))
+        return Value(self, ops.record_const(self.tape, float(x)))
 
     def pair(self, mg: Number, eg: Number) -> "Pair":
         """A constant pair leaf."""
-        return Pair(self, new_pair(self.tape, float(mg), float(eg)))
+        return Pair(self, ops.record_const_pair(self.tape, float(mg), float(eg)))
 
     def value_param(self, i: int) -> "Value":
         """Handle of value parameter `i`."""
@@ -68,11 +69,11 @@ class Graph:
     # Sweeps.
     def backward(self, output: "Value") -> None:
         """Gradients of `output` (parameter gradients accumulate until `zero_grad`)."""
-        ops.backward(self.tape, output.index)
+        backward(self.tape, output.index)
 
     def forward(self) -> None:
         """Replay every record with the current parameter values."""
-        ops.forward(self.tape)
+        forward(self.tape)
 
     def zero_grad(self) -> None:
         zero_grad(self.tape)
@@ -92,11 +93,11 @@ class Value:
 
     @property
     def value(self) -> float:
-        return float(self.graph.tape.val[self.index])
+        return float(self.graph.tape.arena.val[self.index])
 
     @property
     def grad(self) -> float:
-        return float(self.graph.tape.val_grad[self.index])
+        return float(self.graph.tape.arena.val_grad[self.index])
 
     def _wrap(self, index: int) -> "Value":
         return Value(self.graph, index)
@@ -164,11 +165,11 @@ class Pair:
 
     @property
     def value(self) -> np.ndarray:
-        return self.graph.tape.pair_val[self.index].copy()
+        return self.graph.tape.arena.pair_val[self.index].copy()
 
     @property
     def grad(self) -> np.ndarray:
-        return self.graph.tape.pair_grad[self.index].copy()
+        return self.graph.tape.arena.pair_grad[self.index].copy()
 
     def _wrap(self, index: int) -> "Pair":
         return Pair(self.graph, index)

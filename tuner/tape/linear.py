@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .arena import C_OPERANDS, Tape, ensure_room
+from .recording import C_OPERANDS, Tape, ensure_room
 from .ops import operand_mark, record_lincomb_pair
 
 JIT = dict(cache=True, nogil=True)
@@ -67,7 +67,7 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
             n += 1
     ensure_room(t, 1, 0, 1, n)
     first = operand_mark(t)
-    idx, cf = t.opnd_index, t.opnd_coef
+    idx, cf = t.rec.opnd_index, t.rec.opnd_coef
     q = first
     for i in range(m):
         j = touched[i]
@@ -79,5 +79,5 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
         coef[j] = 0
         seen[j] = 0
     acc.count[0] = 0
-    t.counts[C_OPERANDS] = q
+    t.rec.counts[C_OPERANDS] = q
     return record_lincomb_pair(t, first)

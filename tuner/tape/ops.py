@@ -1,9 +1,10 @@
 """The op table: what the tape can do, each op's forward and backward side by side.
 
-A record's tag is ``form << 4 | kernel``. The *kernel* is the arithmetic (its value and both local
-partials, defined together in `kernel`); the *form* says where the operands live (value arena, pair
-arena, the record's f64 scalar) and what the output is. Elementwise pair ops reuse the value kernels
-component by component, so every formula is written once.
+A record's tag is ``form << 4 | kernel`` (a u16, built only by `tag`). The *kernel* is the
+arithmetic (its value and both local partials, defined together in `kernel`); the *form* says where
+the operands live (value slots, pair slots, the record's f64 scalars, an operand list) and what
+the output is. Elementwise pair ops reuse the value kernels component by component, so every
+formula is written once.
 
 Kernels (``out, d out/d a, d out/d b``):
 
@@ -21,43 +22,59 @@ SIGMOID    1 / (1 + exp -a)     out (1 - out)        .
 NEG        -a                   -1                   .
 =========  ===================  ===================  =================
 
-Forms (operands -> output):
+Forms (operands -> output; ``s0``/``s1`` are the record's scalars):
 
-==============  =========================================  ==================================
-form            operands                                   public recorders
-==============  =========================================  ==================================
-VV              value lhs, value rhs -> value              add sub mul div pow
-VS / SV         value lhs and the scalar -> value          add_scalar sub_scalar mul_scalar
-                                                           div_scalar pow_const / scalar_sub
-                                                           scalar_div
-V               value lhs -> value                         exp log sigmoid neg
-PP              pair lhs, pair rhs -> pair (elementwise)   pair_add pair_sub pair_mul
-PS / SP         pair lhs and the scalar -> pair            pair_mul_scalar pair_div_scalar /
-                                                           scalar_div_pair
-PV / VP         pair lhs, value rhs -> pair                pair_mul_value pair_div_value /
-                                                           value_mul_pair value_div_pair
-P               pair lhs -> pair (elementwise)             pair_neg pair_sigmoid
-EG_SCALE        pair lhs, scalar s -> (mg, eg * s)         eg_scale
-ADD_CLAMPED_EG  pair lhs, value rhs -> eg + v clamped      add_clamped_eg
-PHASE           pair lhs, scalar alpha -> value            phase
-SUM             n values -> value (Neumaier)               sum
-LINCOMB_PAIR    n (pair, c) -> sum c * pair                lincomb_pair
-LINCOMB_VALUE   n (value, c) -> sum c * value              lincomb_value
-==============  =========================================  ==================================
+================  =========================================  ==================================
+form              operands                                   public recorders
+================  =========================================  ==================================
+VV                value lhs, value rhs -> value              add sub mul div pow
+VS / SV           value lhs and s0 -> value                  add_scalar sub_scalar mul_scalar
+                                                             div_scalar pow_const / scalar_sub
+                                                             scalar_div
+V                 value lhs -> value                         exp log sigmoid neg
+PP                pair lhs, pair rhs -> pair (elementwise)   pair_add pair_sub pair_mul
+PS / SP           pair lhs and s0 -> pair                    pair_mul_scalar pair_div_scalar /
+                                                             scalar_div_pair
+PV / VP           pair lhs, value rhs -> pair                pair_mul_value pair_div_value /
+                                                             value_mul_pair value_div_pair
+P                 pair lhs -> pair (elementwise)             pair_neg pair_sigmoid
+EG_SCALE          pair lhs, s0 -> (mg, eg * s0)              eg_scale
+ADD_CLAMPED_EG    pair lhs, value rhs -> eg + v, clamped     add_clamped_eg
+PHASE             pair lhs, alpha = s0 -> value              phase
+SUM               n values -> value (Neumaier)               sum
+LINCOMB_PAIR      n (pair, c) -> sum c * pair                lincomb_pair
+LINCOMB_VALUE     n (value, c) -> sum c * value              lincomb_value
+ADD_WINNABLE_EG   pair lhs, value rhs -> eg + sign(eg) v,    add_winnable_eg
+                  clamped
+EG_SCALE_BY_SIGN  pair lhs -> (mg, eg * (s0 if eg > 0        eg_scale_by_sign
+                  else s1))
+CONST             s0 -> value (a leaf)                       const
+CONST_PAIR        (s0, s1) -> pair (a leaf)                  const_pair
+SIGMOID_SQ_ERR    value lhs -> (sigmoid(s0 lhs) - s1)^2      sigmoid_sq_err (the Texel loss of
+                                                             an eval, K = s0, result = s1)
+================  =========================================  ==================================
+
+The clamped adds keep the sign of eg: if ``eg + w`` would cross zero the result is 0 and neither eg
+nor the value gets a gradient; an eg of exactly 0 stays 0 and passes its gradient. They and
+EG_SCALE_BY_SIGN decide from the operand values at every forward sweep, so a recorded tape stays
+exact when the parameters move.
 
 An n-ary record stores its operand offset in ``lhs`` and the operand count in ``rhs``.
 
-Recording (`record_*`) appends a record and runs its form's forward function, the same function a
-replay sweep (`forward`) calls; `backward` walks the records from last to first. Every
-function is ``@njit`` so that evaluations written in Numba call them directly.
+Recording (`record_*`) appends a record to a `Tape` and runs its form's forward function on the
+tape's arena: the same function the sweeps run. The sweeps live in `tuner.tape.player`: a
+recording is frozen (validated, temporaries rebased) and played, so the dispatch by form is
+written once per direction, in the player's loop bodies (a dispatch function called per record
+would cost more than the arithmetic: Numba updates the reference counts of its array arguments
+on every call). Every function is ``@njit`` so that evaluations written in Numba call them
+directly.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .arena import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
-                    Tape, TapeFullError, alloc_pair, alloc_value)
+from .recording import C_OPERANDS, C_RECORDS, Tape, TapeFullError, alloc_pair, alloc_value
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 INLINE = dict(JIT, inline="always")  # only for the tiny record-side helpers that take the Tape
@@ -65,23 +82,81 @@ INLINE = dict(JIT, inline="always")  # only for the tiny record-side helpers tha
 # Kernels.
 K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_EXP, K_LOG, K_SIGMOID, K_NEG = range(9)
 KERNEL_NAMES = ("add", "sub", "mul", "div", "pow", "exp", "log", "sigmoid", "neg")
+N_KERNELS = len(KERNEL_NAMES)
+BINARY_KERNELS = (K_ADD, K_SUB, K_MUL, K_DIV, K_POW)
+UNARY_KERNELS = (K_EXP, K_LOG, K_SIGMOID, K_NEG)
 
-# Forms.
-(F_VV, F_VS, F_SV, F_V, F_PP, F_PS, F_SP, F_PV, F_VP, F_P,
- F_EG_SCALE, F_ADD_CLAMPED_EG, F_PHASE, F_SUM, F_LINCOMB_PAIR, F_LINCOMB_VALUE) = range(16)
-FORM_NAMES = ("vv", "vs", "sv", "v", "pp", "ps", "sp", "pv", "vp", "p",
-              "eg_scale", "add_clamped_eg", "phase", "sum", "lincomb_pair", "lincomb_value")
+# Slot kinds of a form's output and operands.
+S_NONE, S_VALUE, S_PAIR = 0, 1, 2
+# Which kernels a form takes.
+KS_NONE, KS_BINARY, KS_UNARY = 0, 1, 2
+
+#: The form table: name, output kind, lhs kind, rhs kind, n-ary operand kind, scalars used,
+#: kernels taken. Everything that validates or stores records reads it.
+FORM_TABLE = (
+    ("vv", S_VALUE, S_VALUE, S_VALUE, S_NONE, 0, KS_BINARY),
+    ("vs", S_VALUE, S_VALUE, S_NONE, S_NONE, 1, KS_BINARY),
+    ("sv", S_VALUE, S_VALUE, S_NONE, S_NONE, 1, KS_BINARY),
+    ("v", S_VALUE, S_VALUE, S_NONE, S_NONE, 0, KS_UNARY),
+    ("pp", S_PAIR, S_PAIR, S_PAIR, S_NONE, 0, KS_BINARY),
+    ("ps", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_BINARY),
+    ("sp", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_BINARY),
+    ("pv", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_BINARY),
+    ("vp", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_BINARY),
+    ("p", S_PAIR, S_PAIR, S_NONE, S_NONE, 0, KS_UNARY),
+    ("eg_scale", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_NONE),
+    ("add_clamped_eg", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_NONE),
+    ("phase", S_VALUE, S_PAIR, S_NONE, S_NONE, 1, KS_NONE),
+    ("sum", S_VALUE, S_NONE, S_NONE, S_VALUE, 0, KS_NONE),
+    ("lincomb_pair", S_PAIR, S_NONE, S_NONE, S_PAIR, 0, KS_NONE),
+    ("lincomb_value", S_VALUE, S_NONE, S_NONE, S_VALUE, 0, KS_NONE),
+    ("add_winnable_eg", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_NONE),
+    ("eg_scale_by_sign", S_PAIR, S_PAIR, S_NONE, S_NONE, 2, KS_NONE),
+    ("const", S_VALUE, S_NONE, S_NONE, S_NONE, 1, KS_NONE),
+    ("const_pair", S_PAIR, S_NONE, S_NONE, S_NONE, 2, KS_NONE),
+    ("sigmoid_sq_err", S_VALUE, S_VALUE, S_NONE, S_NONE, 2, KS_NONE),
+)
+(F_VV, F_VS, F_SV, F_V, F_PP, F_PS, F_SP, F_PV, F_VP, F_P, F_EG_SCALE, F_ADD_CLAMPED_EG, F_PHASE,
+ F_SUM, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_SIGN, F_CONST,
+ F_CONST_PAIR, F_SIGMOID_SQ_ERR) = range(len(FORM_TABLE))
+FORM_NAMES = tuple(f[0] for f in FORM_TABLE)
+N_FORMS = len(FORM_TABLE)
+#: Per form (index = form): output, lhs, rhs and n-ary operand slot kinds, scalars used.
+FORM_OUT = np.array([f[1] for f in FORM_TABLE], dtype=np.int8)
+FORM_LHS = np.array([f[2] for f in FORM_TABLE], dtype=np.int8)
+FORM_RHS = np.array([f[3] for f in FORM_TABLE], dtype=np.int8)
+FORM_NARY = np.array([f[4] for f in FORM_TABLE], dtype=np.int8)
+FORM_SCALARS = np.array([f[5] for f in FORM_TABLE], dtype=np.int8)
+KERNEL_BITS = 4
+MAX_FORMS = (np.iinfo(np.uint16).max + 1) >> KERNEL_BITS
 
 
+def _valid_tags() -> np.ndarray:
+    valid = np.zeros(N_FORMS << KERNEL_BITS, dtype=np.bool_)
+    for form, row in enumerate(FORM_TABLE):
+        kernels = {KS_NONE: (0,), KS_BINARY: BINARY_KERNELS, KS_UNARY: UNARY_KERNELS}[row[6]]
+        for k in kernels:
+            valid[form << KERNEL_BITS | k] = True
+    return valid
+
+
+#: VALID_TAG[t]: whether t is the tag of a known form with a kernel it takes.
+VALID_TAG = _valid_tags()
+assert N_FORMS <= MAX_FORMS and N_KERNELS <= 1 << KERNEL_BITS
+
+
+@njit(**INLINE)
 def tag(form: int, kernel: int = 0) -> int:
-    """The record tag of a form and kernel."""
-    return form << 4 | kernel
+    """The record tag of a form and kernel: the one place tags are built."""
+    return form << KERNEL_BITS | kernel
 
 
 def tag_name(t: int) -> str:
-    """A readable name for a record tag, e.g. ``pv:mul``."""
-    form, kernel = t >> 4, t & 15
-    return FORM_NAMES[form] + (":" + KERNEL_NAMES[kernel] if form <= F_P else "")
+    """A readable name for a record tag, e.g. ``pv:mul``; ValueError for an unknown tag."""
+    if not (0 <= t < len(VALID_TAG) and VALID_TAG[t]):
+        raise ValueError(f"unknown record tag {t} (form {t >> KERNEL_BITS}, kernel {t & 15})")
+    form, k = t >> KERNEL_BITS, t & 15
+    return FORM_NAMES[form] + (":" + KERNEL_NAMES[k] if FORM_TABLE[form][6] != KS_NONE else "")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -119,7 +194,9 @@ def kernel(k: int, a: float, b: float):
     if k == K_SIGMOID:
         out = sigmoid(a)
         return out, out * (1.0 - out), 0.0
-    return -a, -1.0, 0.0  # K_NEG
+    if k == K_NEG:
+        return -a, -1.0, 0.0
+    return np.nan, np.nan, np.nan  # no such kernel (freezing refuses its tag): poison, loudly
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,6 +347,46 @@ def _add_clamped_eg_bwd(val, vg, pv, pg, o, a, b):
 
 
 @njit(**JIT)
+def _add_winnable_eg_fwd(val, pv, o, a, b):
+    eg = pv[a, 1]
+    w = val[b] if eg > 0.0 else -val[b]
+    pv[o, 0] = pv[a, 0]
+    if eg == 0.0:
+        pv[o, 1] = eg
+    elif _clamp_passes(eg, w):
+        pv[o, 1] = eg + w
+    else:
+        pv[o, 1] = 0.0
+
+
+@njit(**JIT)
+def _add_winnable_eg_bwd(val, vg, pv, pg, o, a, b):
+    eg = pv[a, 1]
+    pg[a, 0] += pg[o, 0]
+    if eg == 0.0:
+        pg[a, 1] += pg[o, 1]
+    elif eg > 0.0:
+        if _clamp_passes(eg, val[b]):
+            pg[a, 1] += pg[o, 1]
+            vg[b] += pg[o, 1]
+    elif _clamp_passes(eg, -val[b]):
+        pg[a, 1] += pg[o, 1]
+        vg[b] -= pg[o, 1]
+
+
+@njit(**JIT)
+def _eg_scale_by_sign_fwd(pv, o, a, s_pos, s_nonpos):
+    pv[o, 0] = pv[a, 0]
+    pv[o, 1] = pv[a, 1] * (s_pos if pv[a, 1] > 0.0 else s_nonpos)
+
+
+@njit(**JIT)
+def _eg_scale_by_sign_bwd(pv, pg, o, a, s_pos, s_nonpos):
+    pg[a, 0] += pg[o, 0]
+    pg[a, 1] += pg[o, 1] * (s_pos if pv[a, 1] > 0.0 else s_nonpos)
+
+
+@njit(**JIT)
 def _phase_fwd(val, pv, o, a, alpha):
     val[o] = alpha * pv[a, 0] + (1.0 - alpha) * pv[a, 1]
 
@@ -279,6 +396,29 @@ def _phase_bwd(vg, pg, o, a, alpha):
     g = vg[o]
     pg[a, 0] += alpha * g
     pg[a, 1] += (1.0 - alpha) * g
+
+
+@njit(**JIT)
+def _sigmoid_sq_err_fwd(val, o, a, k, target):
+    d = sigmoid(k * val[a]) - target
+    val[o] = d * d
+
+
+@njit(**JIT)
+def _sigmoid_sq_err_bwd(val, vg, o, a, k, target):
+    s = sigmoid(k * val[a])
+    vg[a] += 2.0 * (s - target) * s * (1.0 - s) * k * vg[o]
+
+
+@njit(**JIT)
+def _const_fwd(val, o, x):
+    val[o] = x
+
+
+@njit(**JIT)
+def _const_pair_fwd(pv, o, mg, eg):
+    pv[o, 0] = mg
+    pv[o, 1] = eg
 
 
 @njit(**JIT)
@@ -345,175 +485,96 @@ def _lincomb_value_bwd(vg, idx, coef, o, first, n):
 
 
 # ------------------------------------------------------------------------------------------------
-# The sweeps: dispatch by form. The dispatch is written in the loop body and the form functions are
-# called, not inlined by Numba: inlining them (or passing the Tape down) leaves reference-count
-# updates in the loop that cost ten times the arithmetic.
-# ------------------------------------------------------------------------------------------------
-
-@njit(**JIT)
-def forward(t: Tape) -> None:
-    """Replay: recompute every record's output from the current parameter values, in order."""
-    ops, out, lhs, rhs, sc = t.op, t.out, t.lhs, t.rhs, t.scalar
-    val, pv, idx, coef = t.val, t.pair_val, t.opnd_index, t.opnd_coef
-    for r in range(t.counts[C_RECORDS]):
-        op, o, a, b, s = ops[r], out[r], lhs[r], rhs[r], sc[r]
-        form, k = op >> 4, op & 15
-        if form == F_LINCOMB_PAIR:
-            _lincomb_pair_fwd(pv, idx, coef, o, a, b)
-        elif form == F_PHASE:
-            _phase_fwd(val, pv, o, a, s)
-        elif form == F_VV:
-            _vv_fwd(val, o, a, b, k)
-        elif form == F_VS:
-            _vs_fwd(val, o, a, s, k)
-        elif form == F_SV:
-            _sv_fwd(val, o, a, s, k)
-        elif form == F_V:
-            _vs_fwd(val, o, a, 0.0, k)
-        elif form == F_SUM:
-            _sum_fwd(val, idx, o, a, b)
-        elif form == F_LINCOMB_VALUE:
-            _lincomb_value_fwd(val, idx, coef, o, a, b)
-        elif form == F_PP:
-            _pp_fwd(pv, o, a, b, k)
-        elif form == F_PS:
-            _ps_fwd(pv, o, a, s, k)
-        elif form == F_SP:
-            _sp_fwd(pv, o, a, s, k)
-        elif form == F_PV:
-            _pv_fwd(val, pv, o, a, b, k)
-        elif form == F_VP:
-            _vp_fwd(val, pv, o, a, b, k)
-        elif form == F_P:
-            _ps_fwd(pv, o, a, 0.0, k)
-        elif form == F_EG_SCALE:
-            _eg_scale_fwd(pv, o, a, s)
-        else:  # F_ADD_CLAMPED_EG
-            _add_clamped_eg_fwd(val, pv, o, a, b)
-
-
-@njit(**JIT)
-def backward(t: Tape, output: int) -> None:
-    """Gradients of value `output` with respect to every slot.
-
-    Temporary gradients are cleared first; parameter gradients accumulate (``+=``) across calls
-    until `zero_grad` or `zero_param_grad`.
-    """
-    c = t.counts
-    ops, out, lhs, rhs, sc = t.op, t.out, t.lhs, t.rhs, t.scalar
-    val, vg, pv, pg = t.val, t.val_grad, t.pair_val, t.pair_grad
-    idx, coef = t.opnd_index, t.opnd_coef
-    vg[c[C_VALUE_PARAMS]: c[C_VALUES]] = 0.0
-    pg[c[C_PAIR_PARAMS]: c[C_PAIRS]] = 0.0
-    vg[output] += 1.0
-    for r in range(c[C_RECORDS] - 1, -1, -1):
-        op, o, a, b, s = ops[r], out[r], lhs[r], rhs[r], sc[r]
-        form, k = op >> 4, op & 15
-        if form == F_LINCOMB_PAIR:
-            _lincomb_pair_bwd(pg, idx, coef, o, a, b)
-        elif form == F_PHASE:
-            _phase_bwd(vg, pg, o, a, s)
-        elif form == F_VV:
-            _vv_bwd(val, vg, o, a, b, k)
-        elif form == F_VS:
-            _vs_bwd(val, vg, o, a, s, k)
-        elif form == F_SV:
-            _sv_bwd(val, vg, o, a, s, k)
-        elif form == F_V:
-            _vs_bwd(val, vg, o, a, 0.0, k)
-        elif form == F_SUM:
-            _sum_bwd(vg, idx, o, a, b)
-        elif form == F_LINCOMB_VALUE:
-            _lincomb_value_bwd(vg, idx, coef, o, a, b)
-        elif form == F_PP:
-            _pp_bwd(pv, pg, o, a, b, k)
-        elif form == F_PS:
-            _ps_bwd(pv, pg, o, a, s, k)
-        elif form == F_SP:
-            _sp_bwd(pv, pg, o, a, s, k)
-        elif form == F_PV:
-            _pv_bwd(val, vg, pv, pg, o, a, b, k)
-        elif form == F_VP:
-            _vp_bwd(val, vg, pv, pg, o, a, b, k)
-        elif form == F_P:
-            _ps_bwd(pv, pg, o, a, 0.0, k)
-        elif form == F_EG_SCALE:
-            _eg_scale_bwd(pg, o, a, s)
-        else:  # F_ADD_CLAMPED_EG
-            _add_clamped_eg_bwd(val, vg, pv, pg, o, a, b)
-
-
-# ------------------------------------------------------------------------------------------------
-# Recording: append the record, then run its form's forward (the same function replay runs).
+# Recording: append the record, then run its form's forward function (the one every sweep runs:
+# `tuner.tape.player.play` dispatches to the same functions). Sweeps over a recording live in the
+# player: a recording is frozen, then played.
 # ------------------------------------------------------------------------------------------------
 
 @njit(**INLINE)
-def _append(t: Tape, op: int, out_is_pair: bool, lhs: int, rhs: int, scalar: float) -> int:
-    """Append a record and allocate its output; the output index. Nothing changes on overflow."""
-    r = t.counts[C_RECORDS]
-    if r >= t.op.shape[0]:
+def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float) -> int:
+    """Append a record and allocate its output slot; the output index. Nothing changes on
+    overflow."""
+    rec = t.rec
+    r = rec.counts[C_RECORDS]
+    if r >= rec.op.shape[0]:
         raise TapeFullError("tape record capacity is full; grow the tape or record fewer positions")
-    out = alloc_pair(t) if out_is_pair else alloc_value(t)
-    t.op[r] = op
-    t.out[r] = out
-    t.lhs[r] = lhs
-    t.rhs[r] = rhs
-    t.scalar[r] = scalar
-    t.counts[C_RECORDS] = r + 1
-    return out
-
-
-@njit(**INLINE)
-def _value_record(t: Tape, op: int, lhs: int, rhs: int, scalar: float) -> int:
-    return _append(t, op, False, lhs, rhs, scalar)
-
-
-@njit(**INLINE)
-def _pair_record(t: Tape, op: int, lhs: int, rhs: int, scalar: float) -> int:
-    return _append(t, op, True, lhs, rhs, scalar)
+    o = alloc_pair(t) if FORM_OUT[form] == S_PAIR else alloc_value(t)
+    rec.op[r] = tag(form, k)
+    rec.out[r] = o
+    rec.lhs[r] = lhs
+    rec.rhs[r] = rhs
+    rec.scalar[r, 0] = s0
+    rec.scalar[r, 1] = s1
+    rec.counts[C_RECORDS] = r + 1
+    return o
 
 
 @njit(**INLINE)
 def _vv(t: Tape, k: int, a: int, b: int) -> int:
-    o = _value_record(t, F_VV << 4 | k, a, b, 0.0)
-    _vv_fwd(t.val, o, a, b, k)
+    o = _append(t, F_VV, k, a, b, 0.0, 0.0)
+    _vv_fwd(t.arena.val, o, a, b, k)
     return o
 
 
 @njit(**INLINE)
 def _vs(t: Tape, form: int, k: int, a: int, s: float) -> int:
-    o = _value_record(t, form << 4 | k, a, 0, s)
+    o = _append(t, form, k, a, 0, s, 0.0)
     if form == F_SV:
-        _sv_fwd(t.val, o, a, s, k)
+        _sv_fwd(t.arena.val, o, a, s, k)
     else:
-        _vs_fwd(t.val, o, a, s, k)
+        _vs_fwd(t.arena.val, o, a, s, k)
     return o
 
 
 @njit(**INLINE)
 def _pp(t: Tape, k: int, p: int, q: int) -> int:
-    o = _pair_record(t, F_PP << 4 | k, p, q, 0.0)
-    _pp_fwd(t.pair_val, o, p, q, k)
+    o = _append(t, F_PP, k, p, q, 0.0, 0.0)
+    _pp_fwd(t.arena.pair_val, o, p, q, k)
     return o
 
 
 @njit(**INLINE)
 def _ps(t: Tape, form: int, k: int, p: int, s: float) -> int:
-    o = _pair_record(t, form << 4 | k, p, 0, s)
+    o = _append(t, form, k, p, 0, s, 0.0)
     if form == F_SP:
-        _sp_fwd(t.pair_val, o, p, s, k)
+        _sp_fwd(t.arena.pair_val, o, p, s, k)
     else:
-        _ps_fwd(t.pair_val, o, p, s, k)
+        _ps_fwd(t.arena.pair_val, o, p, s, k)
     return o
 
 
 @njit(**INLINE)
 def _pv(t: Tape, form: int, k: int, p: int, v: int) -> int:
-    o = _pair_record(t, form << 4 | k, p, v, 0.0)
+    o = _append(t, form, k, p, v, 0.0, 0.0)
     if form == F_VP:
-        _vp_fwd(t.val, t.pair_val, o, p, v, k)
+        _vp_fwd(t.arena.val, t.arena.pair_val, o, p, v, k)
     else:
-        _pv_fwd(t.val, t.pair_val, o, p, v, k)
+        _pv_fwd(t.arena.val, t.arena.pair_val, o, p, v, k)
+    return o
+
+
+@njit(**JIT)
+def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
+    """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
+    o = _append(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
+    _sigmoid_sq_err_fwd(t.arena.val, o, a, k, target)
+    return o
+
+
+# Constants: a leaf is a record too, so that every slot of a recording can be replayed.
+@njit(**JIT)
+def record_const(t: Tape, x: float) -> int:
+    """A constant value x"""
+    o = _append(t, F_CONST, 0, 0, 0, x, 0.0)
+    _const_fwd(t.arena.val, o, x)
+    return o
+
+
+@njit(**JIT)
+def record_const_pair(t: Tape, mg: float, eg: float) -> int:
+    """A constant pair (mg, eg)"""
+    o = _append(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
+    _const_pair_fwd(t.arena.pair_val, o, mg, eg)
     return o
 
 
@@ -690,24 +751,41 @@ def record_value_div_pair(t: Tape, v: int, p: int) -> int:
 @njit(**JIT)
 def record_eg_scale(t: Tape, p: int, s: float) -> int:
     """(mg, eg * s): endgame scaling"""
-    o = _pair_record(t, F_EG_SCALE << 4, p, 0, s)
-    _eg_scale_fwd(t.pair_val, o, p, s)
+    o = _append(t, F_EG_SCALE, 0, p, 0, s, 0.0)
+    _eg_scale_fwd(t.arena.pair_val, o, p, s)
     return o
 
 
 @njit(**JIT)
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
-    o = _pair_record(t, F_ADD_CLAMPED_EG << 4, p, v, 0.0)
-    _add_clamped_eg_fwd(t.val, t.pair_val, o, p, v)
+    o = _append(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
+    _add_clamped_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v)
+    return o
+
+
+@njit(**JIT)
+def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
+    """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
+    0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
+    o = _append(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
+    _add_winnable_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v)
+    return o
+
+
+@njit(**JIT)
+def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> int:
+    """(mg, eg * s_pos) if eg > 0 else (mg, eg * s_nonpos): endgame scaling by the strong side"""
+    o = _append(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
+    _eg_scale_by_sign_fwd(t.arena.pair_val, o, p, s_pos, s_nonpos)
     return o
 
 
 @njit(**JIT)
 def record_phase(t: Tape, p: int, alpha: float) -> int:
     """value alpha * mg + (1 - alpha) * eg"""
-    o = _value_record(t, F_PHASE << 4, p, 0, alpha)
-    _phase_fwd(t.val, t.pair_val, o, p, alpha)
+    o = _append(t, F_PHASE, 0, p, 0, alpha, 0.0)
+    _phase_fwd(t.arena.val, t.arena.pair_val, o, p, alpha)
     return o
 
 
@@ -715,42 +793,43 @@ def record_phase(t: Tape, p: int, alpha: float) -> int:
 @njit(**INLINE)
 def operand_mark(t: Tape) -> int:
     """Where the next operand goes: pass it as `first` to an n-ary recorder."""
-    return t.counts[C_OPERANDS]
+    return t.rec.counts[C_OPERANDS]
 
 
 @njit(**INLINE)
 def push_operand(t: Tape, index: int, coef: float) -> None:
-    """Append one (arena index, coefficient) operand for the next n-ary record."""
-    i = t.counts[C_OPERANDS]
-    if i >= t.opnd_index.shape[0]:
+    """Append one (slot index, coefficient) operand for the next n-ary record."""
+    rec = t.rec
+    i = rec.counts[C_OPERANDS]
+    if i >= rec.opnd_index.shape[0]:
         raise TapeFullError("tape operand buffer is full; grow the tape or record fewer positions")
-    t.opnd_index[i] = index
-    t.opnd_coef[i] = coef
-    t.counts[C_OPERANDS] = i + 1
+    rec.opnd_index[i] = index
+    rec.opnd_coef[i] = coef
+    rec.counts[C_OPERANDS] = i + 1
 
 
 @njit(**JIT)
 def record_sum(t: Tape, first: int) -> int:
     """Compensated (Neumaier) sum of the values pushed since `first` (coefficients ignored)."""
-    n = t.counts[C_OPERANDS] - first
-    o = _value_record(t, F_SUM << 4, first, n, 0.0)
-    _sum_fwd(t.val, t.opnd_index, o, first, n)
+    n = t.rec.counts[C_OPERANDS] - first
+    o = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
+    _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n)
     return o
 
 
 @njit(**JIT)
 def record_lincomb_pair(t: Tape, first: int) -> int:
     """sum_i c_i * pair_i over the (pair, c) operands pushed since `first`."""
-    n = t.counts[C_OPERANDS] - first
-    o = _pair_record(t, F_LINCOMB_PAIR << 4, first, n, 0.0)
-    _lincomb_pair_fwd(t.pair_val, t.opnd_index, t.opnd_coef, o, first, n)
+    n = t.rec.counts[C_OPERANDS] - first
+    o = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
+    _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n)
     return o
 
 
 @njit(**JIT)
 def record_lincomb_value(t: Tape, first: int) -> int:
     """sum_i c_i * value_i over the (value, c) operands pushed since `first`."""
-    n = t.counts[C_OPERANDS] - first
-    o = _value_record(t, F_LINCOMB_VALUE << 4, first, n, 0.0)
-    _lincomb_value_fwd(t.val, t.opnd_index, t.opnd_coef, o, first, n)
+    n = t.rec.counts[C_OPERANDS] - first
+    o = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
+    _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n)
     return o

@@ -30,7 +30,7 @@ def signature(params: np.ndarray) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def run_bench(dataset: str, epochs: int, threads: int, mode: str = "auto") -> int:
+def run_bench(dataset: str, epochs: int, threads: int, mode: str = "replay") -> int:
     raw = dict(BENCH_CONFIG, data={"train": [dataset], "validation_fraction": 0.0})
     raw["training"] = dict(raw["training"], epochs=epochs, threads=threads, mode=mode)
     cfg = validate(raw, "bench")
@@ -53,6 +53,6 @@ def run_bench(dataset: str, epochs: int, threads: int, mode: str = "auto") -> in
     click.echo("s/epoch: " + ", ".join(f"{s:.3f}" for s in secs) + f" (median {med:.3f})")
     click.echo(f"positions/s: {n / med:,.0f}   peak memory: {peak_mb:,.0f} MB")
     click.echo(f"final train loss: {history['train_loss'][-1]:.8f}")
-    sig = signature(run.params)
+    sig = signature(run.theta)
     click.echo(f"Bench: {sig}")
     return sig

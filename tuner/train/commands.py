@@ -56,7 +56,7 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
               help="Epochs to time.")
 @click.option("--dataset", default="selfplay-std", show_default=True,
               help="Dataset name or Parquet path to run on.")
-@click.option("--mode", type=click.Choice(["auto", "eager", "replay"]), default="auto",
+@click.option("--mode", type=click.Choice(["replay", "eager"]), default="replay",
               show_default=True, help="Epoch mode (see [training] mode); the signature does not "
               "depend on it.")
 def bench_cmd(threads, epochs, dataset, mode):

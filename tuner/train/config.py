@@ -121,19 +121,27 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "threads": Key((int,), 0, "Worker threads (0 = all cores). Results do not depend on it.",
                        _non_negative),
         "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle."),
-        "mode": Key((str,), "auto",
-                    "'eager' records every position on the tape in every epoch; 'replay' records "
-                    "each position once and replays its linear form every epoch (several times "
-                    "faster; evaluations linear in their parameters only); 'auto' replays when "
-                    "the evaluation allows it. Both give bitwise identical results.",
-                    _one_of("auto", "eager", "replay")),
+        "store_cache": Key((str,), "",
+                           "Folder (relative to the config file) where the replay store is kept "
+                           "between runs: written once, keyed by a digest of the positions, "
+                           "results, K and the evaluation's code; a later run with the same key "
+                           "loads it instead of recording. A stale, truncated or corrupted file "
+                           "is reported and rebuilt. Empty: record every run."),
+        "mode": Key((str,), "replay",
+                    "'replay' records each position (its evaluation and loss) once, freezes the "
+                    "recordings into a compact store and replays it forward and backward every "
+                    "epoch, for any evaluation (several times faster); 'eager' records every "
+                    "position again in every epoch (what C++ tuners do; no store in memory). "
+                    "Both give bitwise identical results.",
+                    _one_of("replay", "eager")),
     },
 }
 
 SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
 STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
 #: Keys that may differ between a run and its resumption (they do not change the result).
-RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode")}
+RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode"),
+               ("training", "store_cache")}
 
 
 def _type_name(types: tuple) -> str:

@@ -13,6 +13,7 @@ Resuming from the checkpoint continues bit for bit as if the run had never stopp
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -35,8 +36,9 @@ from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .plot import write_loss_png
 from .schedule import check_patterns, learning_rate, trainable_mask
-from .replay import ReplayUnsupported, build_store
-from .workers import Workers, resolve_threads
+from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
+from .record import record_store
+from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
@@ -82,17 +84,19 @@ def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
 
 
 def initial_params(cfg: Config, registry) -> np.ndarray:
-    """Starting values per ``[evaluation] init``; constants always hold their defaults."""
+    """The flat starting vector (pairs, then values) per ``[evaluation] init``; constants always
+    hold their defaults."""
     ev = cfg["evaluation"]
     init = ev["init"]
-    n = registry.n_params
+    n, n_values = registry.n_params, registry.n_values
     if init == "zero":
-        params = np.zeros((n, 2))
+        params, values = np.zeros((n, 2)), np.zeros(n_values)
     elif init == "default":
-        params = np.array(registry.defaults)
+        params, values = np.array(registry.defaults), np.array(registry.value_defaults)
     elif init == "random":
         rng = np.random.default_rng(ev["random_seed"])
         params = rng.uniform(-ev["random_range"], ev["random_range"], size=(n, 2))
+        values = rng.uniform(-ev["random_range"], ev["random_range"], size=n_values)
     else:
         from tuner.evals.registry import ParamRegistry
         path = cfg.resolve_path(init)
@@ -103,13 +107,16 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
                               f"'zero', 'default' or 'random')") from None
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
             raise ConfigError(f"[evaluation] init: {path} is not a parameter file: {e}") from None
-        if loaded.names != registry.names or loaded.n_params != n:
+        if (loaded.names != registry.names or loaded.n_params != n
+                or loaded.n_values != n_values):
             raise ConfigError(f"[evaluation] init: {path} does not hold the parameters of "
                               f"this evaluation")
-        params = np.array(loaded.defaults)
+        params, values = np.array(loaded.defaults), np.array(loaded.value_defaults)
     const = np.asarray(registry.constant, dtype=bool)
     params[const] = registry.defaults[const]
-    return params
+    vconst = np.asarray(registry.value_constant, dtype=bool)
+    values[vconst] = registry.value_defaults[vconst]
+    return np.concatenate([params.reshape(-1), values])
 
 
 class Run:
@@ -134,14 +141,24 @@ class Run:
             check_patterns(self.registry, cfg["freeze"]["stages"])
         except ValueError as e:
             raise ConfigError(f"{cfg.path}: {e}") from None
-        n = self.registry.n_params
-        self.params = initial_params(cfg, self.registry)
-        self.m = np.zeros((n, 2))
-        self.v = np.zeros((n, 2))
+        self.theta = initial_params(cfg, self.registry)
+        self.no_cpp = False  # set once the evaluation turned out to have no C++ export
+        self.m = np.zeros_like(self.theta)
+        self.v = np.zeros_like(self.theta)
         self.step = 0
         self.epoch = 0
         self.rng = np.random.default_rng(tr["shuffle_seed"])
         self.history = {f: [] for f in HISTORY_FIELDS}
+
+    @property
+    def params(self) -> np.ndarray:
+        """The pair parameters, float64[n_params, 2] (a view of the flat vector)."""
+        return split_params(self.theta, self.registry.n_params)[0]
+
+    @property
+    def values(self) -> np.ndarray:
+        """The value parameters, float64[n_values] (a view of the flat vector)."""
+        return split_params(self.theta, self.registry.n_params)[1]
 
     # -- logging and files -------------------------------------------------------------------
     def log(self, line: str) -> None:
@@ -150,7 +167,7 @@ class Run:
             f.write(line + "\n")
 
     def save_checkpoint(self) -> None:
-        state = dict(params=self.params, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
+        state = dict(theta=self.theta, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
                      rng=json.dumps(self.rng.bit_generator.state),
                      digest=self.cfg.digest(), evaluation=self.evaluation.name,
                      **{f"history_{k}": np.array(v, dtype=np.float64)
@@ -171,7 +188,7 @@ class Run:
                         f"{path}: the checkpoint was made with a different configuration "
                         f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs, "
                         f"threads and mode may change on resume")
-                self.params = np.array(z["params"])
+                self.theta = np.array(z["theta"])
                 self.m, self.v = np.array(z["m"]), np.array(z["v"])
                 self.step, self.epoch = int(z["step"]), int(z["epoch"])
                 self.rng.bit_generator.state = json.loads(str(z["rng"]))
@@ -182,8 +199,16 @@ class Run:
             raise TrainingError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
 
     def write_params(self) -> None:
-        atomic_write(self.out / "params.json", self.registry.dumps(self.params))
-        atomic_write(self.out / "params.hpp", to_cpp(self.registry, self.params))
+        atomic_write(self.out / "params.json",
+                     self.registry.dumps(self.params, value_values=self.values))
+        try:
+            cpp = to_cpp(self.registry, self.params, value_values=self.values)
+        except ValueError as e:  # no C++ layout for this evaluation: say so once
+            if not self.no_cpp:
+                self.log(f"no params.hpp: {e}")
+            self.no_cpp = True
+            return
+        atomic_write(self.out / "params.hpp", cpp)
 
     def write_history(self) -> None:
         h = self.history
@@ -201,10 +226,10 @@ class Run:
         o = self.cfg["optimizer"]
         self.step += 1
         if o["name"] == "adamw":
-            adamw_step(self.params, grad, self.m, self.v, mask, lr, o["beta1"], o["beta2"],
+            adamw_step(self.theta, grad, self.m, self.v, mask, lr, o["beta1"], o["beta2"],
                        o["eps"], o["weight_decay"], self.step)
         else:
-            sgd_step(self.params, grad, self.m, mask, lr, o["momentum"], o["weight_decay"])
+            sgd_step(self.theta, grad, self.m, mask, lr, o["momentum"], o["weight_decay"])
 
     def run_epoch(self, data: Data, workers: Workers) -> dict:
         tr, k = self.cfg["training"], self.cfg["loss"]["k"]
@@ -222,12 +247,12 @@ class Run:
         try:
             for b in range(n_batches):
                 batch = order[b * bs:(b + 1) * bs]
-                sse, grad = workers.loss_grad(self.params, data.positions, data.results, batch, k)
+                sse, grad = workers.loss_grad(self.theta, data.positions, data.results, batch, k)
                 if not (math.isfinite(sse) and np.isfinite(grad).all()):
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not "
                                   f"finite (loss {sse / len(batch)!r})")
                 self.optimizer_step(grad, lr, mask)
-                if not np.all(np.abs(self.params) < MAX_PARAM):  # also catches NaN
+                if not np.all(np.abs(self.theta) < MAX_PARAM):  # also catches NaN
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: a parameter left the range "
                                   f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
@@ -242,7 +267,7 @@ class Run:
         train_loss = math.fsum(sse_total) / len(order)
         val_loss = math.nan
         if len(data.val):
-            val_sse, _ = workers.loss_grad(self.params, data.positions, data.results, data.val,
+            val_sse, _ = workers.loss_grad(self.theta, data.positions, data.results, data.val,
                                            k, with_grad=False)
             val_loss = val_sse / len(data.val)
             if not math.isfinite(val_loss):
@@ -257,12 +282,44 @@ class Run:
                 else "no checkpoint was written (no epoch completed)")
         raise TrainingError(f"{what}; training stopped, {kept}. Try a smaller learning rate.")
 
+    def unplayable(self, e: FreezeError) -> TrainingError:
+        return TrainingError(
+            f"evaluation {self.evaluation.name!r} cannot be played: {e}. Every slot a position "
+            f"reads must be a parameter or written by an earlier record of the same position "
+            f"(record constants per position with record_const)")
+
+    def store_key(self, data: Data) -> str:
+        """What a replay store depends on: positions, results, K and the evaluation's code."""
+        import tuner
+
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (data.positions, data.results):
+            h.update(np.ascontiguousarray(arr).data)
+        h.update(repr(float(self.cfg["loss"]["k"])).encode())
+        module = sys.modules[self.evaluation.record_batch.py_func.__module__]
+        h.update(Path(module.__file__).read_bytes())
+        h.update(tuner.source_digest().encode())
+        return h.hexdigest()
+
     def replay_store(self, data: Data):
-        """The recorded linear forms of every position, or None for eager epochs."""
-        mode = self.cfg["training"]["mode"]
-        if mode == "eager":
+        """Every position's recording, frozen for the player (recorded, or loaded from
+        ``[training] store_cache``); None for eager epochs."""
+        tr = self.cfg["training"]
+        if tr["mode"] == "eager":
             return None
         t0 = time.perf_counter()
+        cache = None
+        if tr["store_cache"]:
+            key = self.store_key(data)
+            cache = self.cfg.resolve_path(tr["store_cache"]) / f"store-{key}.npz"
+            if cache.exists():
+                try:
+                    store = load_store(cache, key)
+                    self.log(f"replay: loaded the store of {store_len(store):,} positions "
+                             f"from {cache} in {time.perf_counter() - t0:.2f} s")
+                    return store
+                except FreezeError as e:
+                    self.log(f"replay: store cache {e}; recording again")
         bar = (click.progressbar(length=len(data.positions), label="recording positions",
                                  file=sys.stderr) if self.progress else None)
         lock = threading.Lock()
@@ -271,18 +328,25 @@ class Run:
             with lock:
                 bar.update(n)
         try:
-            store = build_store(self.evaluation, data.positions, self.n_threads,
-                                progress=advance if bar is not None else None)
-        except ReplayUnsupported as e:
-            if mode == "replay":
-                raise TrainingError(str(e)) from None
-            self.log(f"eager epochs: {e}")
-            return None
+            store = record_store(self.evaluation, data.positions, data.results,
+                                 self.cfg["loss"]["k"], self.n_threads, tr["micro_batch_size"],
+                                 progress=advance if bar is not None else None)
+        except FreezeError as e:
+            raise self.unplayable(e) from None
         finally:
             if bar is not None:
                 bar.render_finish()
-        self.log(f"replay: recorded {len(store):,} positions once in "
-                 f"{time.perf_counter() - t0:.2f} s ({store.nbytes / len(store):.0f} bytes each)")
+        n = store_len(store)
+        self.log(f"replay: recorded {n:,} positions once in {time.perf_counter() - t0:.2f} s "
+                 f"({store_nbytes(store) / max(1, n):.0f} bytes each, {len(store.t_temps)} "
+                 f"record structure(s))")
+        if cache is not None:
+            try:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                save_store(store, cache, key)
+                self.log(f"replay: store kept in {cache}")
+            except OSError as e:
+                self.log(f"replay: could not keep the store in {cache}: {e}")
         return store
 
     def run(self, data: Data | None = None) -> dict:
@@ -298,7 +362,10 @@ class Run:
                           store=store)
         try:
             while self.epoch < self.epochs:
-                stats = self.run_epoch(data, workers)
+                try:
+                    stats = self.run_epoch(data, workers)
+                except FreezeError as e:  # eager epochs freeze each micro-batch
+                    raise self.unplayable(e) from None
                 self.epoch += 1
                 for key in HISTORY_FIELDS:
                     self.history[key].append(stats[key])

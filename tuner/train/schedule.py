@@ -23,14 +23,25 @@ def learning_rate(schedule: dict, base_lr: float, epoch: int) -> float:
     return schedule["segments"][-1]["lr_end"]
 
 
+def _flat_slice(registry, group) -> slice:
+    """Where a parameter group's entries sit in the flat parameter vector (pairs (mg, eg)
+    row-major, then values)."""
+    if getattr(group, "kind", "pair") == "value":
+        base = 2 * registry.n_params
+        return slice(base + group.offset, base + group.offset + group.size)
+    return slice(2 * group.offset, 2 * (group.offset + group.size))
+
+
 def trainable_mask(registry, stages: list, epoch: int) -> np.ndarray:
-    """bool[n_params]: entries the optimiser may move at `epoch` (never constants).
+    """bool[2 n_params + n_values]: entries of the flat parameter vector the optimiser may move
+    at `epoch` (never constants).
 
     The stage with the largest ``from_epoch <= epoch`` applies: an entry moves if its group name
     matches one of its ``train`` patterns and none of its ``exclude`` patterns. Before the first
     stage, or without stages, every non-constant entry moves.
     """
-    mask = ~np.asarray(registry.constant, dtype=bool)
+    mask = ~np.concatenate([np.repeat(np.asarray(registry.constant, dtype=bool), 2),
+                            np.asarray(registry.value_constant, dtype=bool)])
     active = [s for s in stages if s["from_epoch"] <= epoch]
     if not active:
         return mask
@@ -40,7 +51,7 @@ def trainable_mask(registry, stages: list, epoch: int) -> np.ndarray:
         name = group.name
         if (any(fnmatch.fnmatchcase(name, p) for p in stage["train"])
                 and not any(fnmatch.fnmatchcase(name, p) for p in stage.get("exclude", []))):
-            allowed[group.offset: group.offset + group.size] = True
+            allowed[_flat_slice(registry, group)] = True
     return mask & allowed
 
 

@@ -1,9 +1,10 @@
-"""Worker threads, each with its own tape: the parallel, deterministic gradient of a batch.
+"""Worker threads, each with its own tape or arena: the parallel, deterministic gradient of a batch.
 
-Every worker owns a tape, a linear accumulator and scratch; the compiled chunk kernel releases the
-GIL, so the threads run in parallel without a lock in the hot path. Chunk c of a batch always
-covers the same positions and writes only ``chunk_grads[c]``; `reduce_chunks` then adds them in
-chunk order. Which thread ran which chunk therefore never changes a bit of the result.
+Every worker owns its scratch (eager: a tape and the evaluation's scratch; replay: a small arena
+for the player); the compiled chunk kernels release the GIL, so the threads run in parallel
+without a lock in the hot path. Chunk c of a batch always covers the same positions and writes
+only ``chunk_grads[c]``; `reduce_chunks` then adds them in chunk order. Which thread ran which
+chunk therefore never changes a bit of the result.
 """
 from __future__ import annotations
 
@@ -13,13 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tuner.tape import TapeFullError, grow, new_accumulator, new_tape, reset
-from .kernels import reduce_chunks, texel_chunk
-from .replay import replay_chunks
-
-#: Initial tape capacity per position (grown on demand, outside the hot loop).
-RECORDS_PER_POSITION = 16
-OPERANDS_PER_POSITION = 128
+from tuner.tape import new_arena, set_params
+from tuner.tape.player import arena_size, build_store, extract
+from .kernels import reduce_chunks, replay_chunks
+from .record import new_training_tape, record_positions
 
 
 def resolve_threads(threads: int) -> int:
@@ -32,83 +30,88 @@ def resolve_threads(threads: int) -> int:
         return os.cpu_count() or 1
 
 
+def split_params(theta: np.ndarray, n_pairs: int):
+    """Views of a flat parameter vector: pairs float64[n_pairs, 2] and values float64[rest]."""
+    return theta[: 2 * n_pairs].reshape(n_pairs, 2), theta[2 * n_pairs:]
+
+
 class Workers:
     """A pool of `n_threads` workers evaluating micro-batches of `micro` positions.
 
-    Eager by default (each micro-batch recorded on the worker's tape); with a `store`
-    (`tuner.train.replay.build_store`) the recorded linear forms are replayed instead.
+    Eager without a `store` (each micro-batch recorded on the worker's tape every time); with one
+    (`tuner.train.record.record_store`) the frozen positions are played instead.
     """
 
     def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None):
+        reg = evaluation.registry
         self.evaluation = evaluation
         self.store = store
-        self.n_params = evaluation.registry.n_params
+        self.n_pairs, self.n_values = reg.n_params, reg.n_values
         self.n_threads = n_threads
         self.micro = micro
         self.max_chunks = math.ceil(max_batch / micro)
-        self.chunk_grads = np.zeros((self.max_chunks, self.n_params, 2))
-        self.grad = np.zeros((self.n_params, 2))
+        self.chunk_grads = np.zeros((self.max_chunks, 2 * self.n_pairs + self.n_values))
+        self.grad = np.zeros(2 * self.n_pairs + self.n_values)
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
-        if store is None:  # eager: a tape, an accumulator and output slots per worker
-            records = micro * RECORDS_PER_POSITION + 8
-            self.tapes = [new_tape(0, self.n_params, records=records,
-                                   operands=micro * OPERANDS_PER_POSITION + 8)
-                          for _ in range(n_threads)]
-            self.accs = [new_accumulator(self.n_params) for _ in range(n_threads)]
-            self.slots = [np.zeros(micro, dtype=np.int64) for _ in range(n_threads)]
-        else:  # replay: the parameters plus one working slot, per worker
-            self.pv = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
-            self.pg = [np.zeros((self.n_params + 1, 2)) for _ in range(n_threads)]
-            self.val = [np.zeros(1) for _ in range(n_threads)]
-            self.vg = [np.zeros(1) for _ in range(n_threads)]
-            self.losses = [np.zeros(micro) for _ in range(n_threads)]
+        self.outputs = [np.zeros((micro, 2)) for _ in range(n_threads)]
+        if store is None:  # eager: a tape, the evaluation's scratch and slots per worker
+            self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
+            self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
+            self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
+            self.arenas = [new_arena(self.n_values, self.n_pairs) for _ in range(n_threads)]
+        else:  # replay: parameters plus one position's temporaries, per worker
+            self.arenas = [new_arena(*arena_size(store)) for _ in range(n_threads)]
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
 
-    def _run_chunk(self, w, params, positions, results, order, start, stop, k, scale, c,
-                   with_grad):
-        while True:
-            tape = self.tapes[w]
-            tape.pair_val[: self.n_params] = params
-            try:
-                reset(tape)
-                rows, slots = order[start:stop], self.slots[w][: stop - start]
-                self.evaluation.record_batch(tape, self.accs[w], positions, rows, slots)
-                return texel_chunk(tape, slots, results, rows, k, scale, self.chunk_grads[c],
-                                   with_grad)
-            except TapeFullError:
-                self.tapes[w] = grow(tape)
+    def _eager_chunk(self, w, pairs, values, positions, results, rows, k, seed, grad_out,
+                     with_grad):
+        """Record the chunk `rows` this epoch, freeze it and play it (the store's order is
+        the chunk's); its loss sum, and its gradient into `grad_out`."""
+        n = len(rows)
+        slots = self.slots[w][:, :n]
+        self.tapes[w], self.scratch[w] = record_positions(
+            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k, slots)
+        store = build_store([extract(self.tapes[w].rec, slots)], self.n_values, self.n_pairs)
+        if any(need > have for need, have in zip(arena_size(store), (len(a) for a in (
+                self.arenas[w].val, self.arenas[w].pair_val)))):
+            self.arenas[w] = new_arena(*arena_size(store))
+        set_params(self.arenas[w], pairs, values)
+        sse = np.zeros(1)
+        replay_chunks(store, self.arenas[w], np.arange(n), n, np.zeros(1, np.int64), seed,
+                      with_grad, self.outputs[w], grad_out.reshape(1, -1), sse)
+        return sse[0]
 
-    def loss_grad(self, params, positions, results, order, k, with_grad=True):
+    def loss_grad(self, theta, positions, results, order, k, with_grad=True):
         """Sum of squared errors over `order` and (if `with_grad`) the gradient of its mean.
 
-        Returns ``(sse, grad)``; `grad` is float64[n_params, 2] (a buffer reused by the next call)
-        or None.
+        `theta` is the flat parameter vector (pairs row-major, then values). Returns
+        ``(sse, grad)``; `grad` is flat like `theta` (a buffer reused by the next call) or None.
         """
+        theta = np.ascontiguousarray(theta, dtype=np.float64).reshape(-1)
         n = len(order)
         n_chunks = math.ceil(n / self.micro)
         if with_grad and n_chunks > self.max_chunks:
             raise ValueError("batch larger than the workers were sized for")
         sse = np.zeros(n_chunks)
-        scale = 1.0 / n
+        seed = 1.0 / n
+        pairs, values = split_params(theta, self.n_pairs)
 
         def work(w):
             if self.store is not None:  # replay: one compiled call for all of w's chunks
-                st, pv = self.store, self.pv[w]
-                pv[: self.n_params] = params
-                replay_chunks(pv, self.pg[w], self.val[w], self.vg[w], st.offsets, st.index,
-                              st.coef, st.alpha, results, order, self.micro,
-                              np.arange(w, n_chunks, self.n_threads), k, scale, self.losses[w],
-                              with_grad, self.chunk_grads, sse)
+                set_params(self.arenas[w], pairs, values)
+                replay_chunks(self.store, self.arenas[w], order, self.micro,
+                              np.arange(w, n_chunks, self.n_threads), seed, with_grad,
+                              self.outputs[w], self.chunk_grads, sse)
                 return
             for c in range(w, n_chunks, self.n_threads):
                 start = c * self.micro
-                stop = min(n, start + self.micro)
+                rows = order[start: min(n, start + self.micro)]
                 # Without gradients every chunk shares buffer 0 (it is not written).
-                sse[c] = self._run_chunk(w, params, positions, results, order, start, stop, k,
-                                         scale, c if with_grad else 0, with_grad)
+                sse[c] = self._eager_chunk(w, pairs, values, positions, results, rows, k, seed,
+                                           self.chunk_grads[c if with_grad else 0], with_grad)
 
         if self.pool is None:
             work(0)

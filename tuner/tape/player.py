@@ -1,0 +1,739 @@
+"""The player: freeze recorded positions into a compact store, then replay them every epoch.
+
+A position's tape depends only on the position, never on the parameter values, so it is recorded
+once. `freeze` turns a recording of many positions into a `Store`; `play` sweeps any stored
+positions forward and backward over a small per-thread arena of (parameters + one position's
+temporaries), as often as needed, without touching a board again. This is CppAD's split between a
+recorder, which writes plain data, and a player, which sweeps a frozen, validated recording.
+
+**Positions in a recording.** The trainer records a micro-batch in *segments*: first every
+position's evaluation, then every position's loss chain. ``outputs[s, i]`` is the value slot that
+ends position i's part of segment s; position i's records in segment s are the records after the
+end of position i-1's part up to the one writing that slot. `position_ranges` finds them; the
+eager trainer sweeps the recording itself with them, the freezer copies them out.
+
+**What freezing stores.** Each position's records with its temporaries rebased: a parameter
+keeps its slot, the j-th temporary of a kind becomes slot (parameters of that kind + j), so every
+position replays in the same small arena. Records of equal structure (tags and rebased slots) are
+stored once as a *template*; a position keeps only what differs: its template number, its n-ary
+operand counts, its scalars and its operands as (u16 slot, i8 coefficient) where they fit (i32 /
+i16 / f64 where they do not). A scalar that is the same for every position of a template (K, say)
+moves into the template.
+
+**Validation, once.** Freezing refuses (`FreezeError`, naming the position, record and tag) an
+unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
+same position (a constant leaf, another position's temporary, a slot out of range) and counts
+that do not fit. The sweeps' dispatch raises on an unknown tag rather than running a last branch.
+
+**Order.** `play` takes positions last to first and runs each position's backward sweep right
+after its forward one, adding into the parameter gradients in the order in which the eager
+trainer's sweeps over the recording add them: replay equals eager bitwise, by construction, since
+both run the same records through the same `forward_op` / `backward_op`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .arena import Arena
+from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
+                  F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
+                  F_PV, F_SIGMOID_SQ_ERR, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV, FORM_LHS, FORM_NARY, FORM_OUT,
+                  FORM_RHS, FORM_SCALARS, KERNEL_BITS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
+                  _add_clamped_eg_bwd, _add_clamped_eg_fwd, _add_winnable_eg_bwd,
+                  _add_winnable_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
+                  _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,
+                  _lincomb_pair_fwd, _lincomb_value_bwd, _lincomb_value_fwd, _phase_bwd,
+                  _phase_fwd, _pp_bwd, _pp_fwd, _ps_bwd, _ps_fwd, _pv_bwd, _pv_fwd,
+                  _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sp_bwd,
+                  _sp_fwd, _sum_bwd, _sum_fwd, _sv_bwd, _sv_fwd, _vp_bwd, _vp_fwd, _vs_bwd,
+                  _vs_fwd, _vv_bwd, _vv_fwd, tag_name)
+from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
+                        Recording)
+
+JIT = dict(cache=True, nogil=True, error_model="numpy")
+#: How many positions ahead `play` prefetches a position's header, and its operands.
+PREFETCH_ROW, PREFETCH_OPERANDS = 16, 8
+#: Largest operand count of one n-ary record in a store (counts are kept as u16).
+MAX_NARY = np.iinfo(np.uint16).max
+
+
+class FreezeError(ValueError):
+    """A recording that cannot be frozen for replay; the message names position and record."""
+
+
+# Freeze status codes (`_extract` returns one with the position and record it concerns).
+(OK, E_UNKNOWN_TAG, E_OPERAND, E_OUTPUT, E_NARY, E_NO_OUTPUT, E_OPERAND_INDEX) = range(7)
+_REASONS = {
+    E_UNKNOWN_TAG: "unknown record tag",
+    E_OPERAND: "reads a slot that is neither a parameter nor the output of an earlier record of "
+               "the same position (a constant leaf, another position's temporary, or out of "
+               "range)",
+    E_OUTPUT: "writes a parameter slot or a slot written before",
+    E_NARY: f"has more than {MAX_NARY} operands",
+    E_NO_OUTPUT: "no record of the position writes its output slot",
+    E_OPERAND_INDEX: "has an operand list outside the recording's operand buffer",
+}
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Hint the CPU to fetch ``arr[i]`` into cache (llvm.prefetch; no effect on results)."""
+    if not isinstance(arr, types.Array) or not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            "llvm.prefetch.p0")
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, high locality, data cache
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
+
+
+# ------------------------------------------------------------------------------------------------
+# Positions in a recording.
+# ------------------------------------------------------------------------------------------------
+
+@njit(**JIT)
+def position_ranges(rec: Recording, outputs, ranges) -> int:
+    """``ranges[s, i] = (first, stop)``: the records of position i in segment s (see the module
+    docstring). Returns -1, or the index s * n + i of the first output no record writes."""
+    n_seg, n = outputs.shape
+    r = 0
+    for s in range(n_seg):
+        for i in range(n):
+            first = r
+            o = outputs[s, i]
+            while r < rec.counts[C_RECORDS] and not (
+                    rec.out[r] == o and FORM_OUT[rec.op[r] >> KERNEL_BITS] == S_VALUE):
+                r += 1
+            if r == rec.counts[C_RECORDS]:
+                return s * n + i
+            r += 1
+            ranges[s, i, 0] = first
+            ranges[s, i, 1] = r
+    return -1
+
+
+# ------------------------------------------------------------------------------------------------
+# Freezing.
+# ------------------------------------------------------------------------------------------------
+
+class Chunk(NamedTuple):
+    """What `_extract` copies out of one recording (local templates, per-position data)."""
+
+    t_first: np.ndarray    # int64[T+1] record range of each local template
+    t_rec: np.ndarray      # int32[R, 4]: tag, out, lhs, rhs (n-ary: rhs = n-ary ordinal)
+    t_info: np.ndarray     # int64[T, 4 + S]: hash, value temps, pair temps, scalars, outputs
+    tmpl: np.ndarray       # int32[N]
+    n_opnd: np.ndarray     # int64[N]: operands of each position
+    n_scal: np.ndarray     # int64[N]
+    n_nary: np.ndarray     # int64[N]
+    scal: np.ndarray       # float64[...]
+    nary: np.ndarray       # int64[...]
+    index: np.ndarray      # int32[...]
+    coef: np.ndarray       # float64[...]
+    counts: np.ndarray     # int64[5]: templates, template records, scalars, n-ary, operands
+
+
+def _new_chunk(rec: Recording, n: int, n_seg: int) -> Chunk:
+    r, m = int(rec.counts[C_RECORDS]), int(rec.counts[C_OPERANDS])
+    return Chunk(np.zeros(n + 2, np.int64), np.zeros((r + 1, 4), np.int32),
+                 np.zeros((n + 1, 4 + n_seg), np.int64), np.zeros(n, np.int32),
+                 np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                 np.zeros(2 * r + 1), np.zeros(r + 1, np.int64), np.zeros(m + 1, np.int32),
+                 np.zeros(m + 1), np.zeros(5, np.int64))
+
+
+@njit(**JIT)
+def _remap(x, kind, n_vp, n_pp, vmap, pmap):
+    """The rebased slot of a read of slot `x` of `kind`, or -1 if it may not be read
+    (`vmap` / `pmap` cover exactly the slots in use)."""
+    if kind == S_VALUE:
+        if 0 <= x < n_vp:
+            return x
+        return vmap[x] if n_vp <= x < vmap.shape[0] else -1
+    if 0 <= x < n_pp:
+        return x
+    return pmap[x] if n_pp <= x < pmap.shape[0] else -1
+
+
+@njit(**JIT)
+def _mix(h, x):
+    """One step of a 64-bit FNV-style hash."""
+    return (h ^ np.uint64(x & 0xFFFFFFFF)) * np.uint64(1099511628211)
+
+
+@njit(**JIT)
+def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
+    """Copy every position of `rec` out, rebased and validated, into `ch` (see `freeze`).
+
+    On failure sets ``err = (code, position, record)`` and returns early.
+    """
+    rc = rec.counts
+    n_vp, n_pp, n_opnd = rc[C_VALUE_PARAMS], rc[C_PAIR_PARAMS], rc[C_OPERANDS]
+    vmap = np.full(rc[C_VALUES], -1, np.int32)
+    pmap = np.full(rc[C_PAIRS], -1, np.int32)
+    r_op, r_out, r_lhs, r_rhs, r_sc = rec.op, rec.out, rec.lhs, rec.rhs, rec.scalar
+    r_idx, r_coef = rec.opnd_index, rec.opnd_coef
+    t_first, t_rec, t_info, tmpl = ch.t_first, ch.t_rec, ch.t_info, ch.tmpl
+    c_scal, c_nary, c_index, c_coef = ch.scal, ch.nary, ch.index, ch.coef
+    n_seg, n = outputs.shape
+    cnt = ch.counts
+    cand = cnt[1]                        # candidate template records start here
+    for i in range(n):
+        nv = 0
+        npr = 0
+        ns = 0
+        nq = 0
+        no = 0
+        h = np.uint64(14695981039346656037)
+        k = cand
+        for s in range(n_seg):
+            for r in range(ranges[s, i, 0], ranges[s, i, 1]):
+                op = r_op[r]
+                if op >= VALID_TAG.shape[0] or not VALID_TAG[op]:
+                    err[0], err[1], err[2] = E_UNKNOWN_TAG, i, r
+                    return
+                form = op >> KERNEL_BITS
+                a = 0
+                b = 0
+                if FORM_NARY[form] != S_NONE:
+                    first, count = r_lhs[r], r_rhs[r]
+                    if count > MAX_NARY:
+                        err[0], err[1], err[2] = E_NARY, i, r
+                        return
+                    if first < 0 or count < 0 or first + count > n_opnd:
+                        err[0], err[1], err[2] = E_OPERAND_INDEX, i, r
+                        return
+                    for q in range(first, first + count):
+                        x = _remap(r_idx[q], FORM_NARY[form], n_vp, n_pp, vmap, pmap)
+                        if x < 0:
+                            err[0], err[1], err[2] = E_OPERAND, i, r
+                            return
+                        c_index[cnt[4] + no] = x
+                        c_coef[cnt[4] + no] = r_coef[q]
+                        no += 1
+                    c_nary[cnt[3] + nq] = count
+                    b = nq
+                    nq += 1
+                else:
+                    if FORM_LHS[form] != S_NONE:
+                        a = _remap(r_lhs[r], FORM_LHS[form], n_vp, n_pp, vmap, pmap)
+                    if FORM_RHS[form] != S_NONE:
+                        b = _remap(r_rhs[r], FORM_RHS[form], n_vp, n_pp, vmap, pmap)
+                    if a < 0 or b < 0:
+                        err[0], err[1], err[2] = E_OPERAND, i, r
+                        return
+                for j in range(FORM_SCALARS[form]):
+                    c_scal[cnt[2] + ns] = r_sc[r, j]
+                    ns += 1
+                o = r_out[r]
+                if FORM_OUT[form] == S_PAIR:
+                    if o < n_pp or o >= pmap.shape[0] or pmap[o] >= 0:
+                        err[0], err[1], err[2] = E_OUTPUT, i, r
+                        return
+                    pmap[o] = n_pp + npr
+                    o = n_pp + npr
+                    npr += 1
+                else:
+                    if o < n_vp or o >= vmap.shape[0] or vmap[o] >= 0:
+                        err[0], err[1], err[2] = E_OUTPUT, i, r
+                        return
+                    vmap[o] = n_vp + nv
+                    o = n_vp + nv
+                    nv += 1
+                t_rec[k, 0] = op
+                t_rec[k, 1] = o
+                t_rec[k, 2] = a
+                t_rec[k, 3] = b
+                for f in range(4):
+                    h = _mix(h, t_rec[k, f])
+                k += 1
+        # The template's header: hash, temporaries, scalars, outputs.
+        info = t_info[cnt[0]]
+        info[1], info[2], info[3] = nv, npr, ns
+        for s in range(n_seg):
+            x = _remap(outputs[s, i], S_VALUE, n_vp, n_pp, vmap, pmap)
+            if x < 0:
+                err[0], err[1], err[2] = E_NO_OUTPUT, i, ranges[s, i, 1] - 1
+                return
+            info[4 + s] = x
+        for f in range(1, 4 + n_seg):
+            h = _mix(h, info[f])
+        info[0] = np.int64(h)
+        # Forget this position's temporaries.
+        for s in range(n_seg):
+            for r in range(ranges[s, i, 0], ranges[s, i, 1]):
+                if FORM_OUT[r_op[r] >> KERNEL_BITS] == S_PAIR:
+                    pmap[r_out[r]] = -1
+                else:
+                    vmap[r_out[r]] = -1
+        # An existing template of the same structure, or this one.
+        found = -1
+        for t in range(cnt[0]):
+            if t_info[t, 0] != info[0] or t_first[t + 1] - t_first[t] != k - cand:
+                continue
+            same = True
+            for f in range(1, 4 + n_seg):
+                same = same and t_info[t, f] == info[f]
+            q = t_first[t]
+            for r in range(cand, k):
+                for f in range(4):
+                    same = same and t_rec[q, f] == t_rec[r, f]
+                q += 1
+            if same:
+                found = t
+                break
+        if found < 0:
+            found = cnt[0]
+            cnt[0] += 1
+            cnt[1] = k
+            t_first[cnt[0]] = k
+            cand = k
+        tmpl[i] = found
+        ch.n_opnd[i] = no
+        ch.n_scal[i] = ns
+        ch.n_nary[i] = nq
+        cnt[2] += ns
+        cnt[3] += nq
+        cnt[4] += no
+    err[0] = OK
+
+
+def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> Chunk:
+    """Validate and copy out every position of a recording (see the module docstring); errors
+    number the positions from `base`. `ranges` (see `position_ranges`) is found if not given."""
+    outputs = np.ascontiguousarray(outputs, dtype=np.int64)
+    n_seg, n = outputs.shape
+    missing = -1
+    if ranges is None:
+        ranges = np.zeros((n_seg, n, 2), np.int64)
+        missing = position_ranges(rec, outputs, ranges)
+    if missing >= 0:
+        raise FreezeError(f"position {base + missing % n}: no record writes its output slot "
+                          f"{outputs[missing // n, missing % n]} (segment {missing // n})")
+    ch = _new_chunk(rec, n, n_seg)
+    err = np.zeros(3, np.int64)
+    _extract(rec, outputs, ranges, ch, err)
+    if err[0] != OK:
+        code, i, r = (int(x) for x in err)
+        op = int(rec.op[r])
+        try:
+            name = tag_name(op)
+        except ValueError:
+            name = "?"
+        raise FreezeError(f"position {base + i}, record {r} (tag {op}, {name}): "
+                          f"{_REASONS[code]}")
+    return _trimmed(ch)
+
+
+def _narrow_index(index: np.ndarray) -> np.ndarray:
+    return index.astype(np.uint16 if index.size == 0 or index.max() <= 0xFFFF else np.int32)
+
+
+def _narrow_coef(coef: np.ndarray) -> np.ndarray:
+    integral = coef.size == 0 or bool(np.all(coef == np.round(coef)))
+    for dtype in (np.int8, np.int16):
+        info = np.iinfo(dtype)
+        if integral and (coef.size == 0 or (coef.min() >= info.min and coef.max() <= info.max)):
+            return coef.astype(dtype)
+    return coef
+
+
+def _trimmed(ch: Chunk) -> Chunk:
+    """`ch` with only the filled parts, in the narrowest dtypes (concatenating chunks then
+    promotes to the widest one any chunk needed)."""
+    t, r, s, q, m = (int(x) for x in ch.counts)
+    return ch._replace(t_first=ch.t_first[: t + 1].copy(), t_rec=ch.t_rec[:r].copy(),
+                       t_info=ch.t_info[:t].copy(), scal=ch.scal[:s].copy(),
+                       nary=ch.nary[:q].astype(np.uint16), index=_narrow_index(ch.index[:m]),
+                       coef=_narrow_coef(ch.coef[:m]))
+
+
+class Store(NamedTuple):
+    """Frozen positions: shared templates and compact per-position data (see the module
+    docstring). Position p uses template ``tmpl[p]``, records ``t_first[t]:t_first[t+1]``."""
+
+    t_first: np.ndarray   # int64[T+1]
+    t_op: np.ndarray      # uint16[RT]
+    t_out: np.ndarray     # int32[RT]
+    t_lhs: np.ndarray     # int32[RT] (n-ary: unused)
+    t_rhs: np.ndarray     # int32[RT] (n-ary: which of the position's n-ary counts)
+    t_scol: np.ndarray    # int32[RT, 2]: column of `scalars`, or -1 for the constant below
+    t_sconst: np.ndarray  # float64[RT, 2]
+    t_temps: np.ndarray   # int32[T, 2]: value and pair temporaries
+    t_out_slots: np.ndarray  # int32[T, S]: value slot of each segment's output
+    tmpl: np.ndarray      # uint16[N]
+    opnd_off: np.ndarray  # int64[N+1]
+    nary: np.ndarray      # uint16[N, Q]
+    scalars: np.ndarray   # float64[N, C]
+    index: np.ndarray     # uint16[M] or int32[M]
+    coef: np.ndarray      # int8[M], int16[M] or float64[M]
+    params: np.ndarray    # int64[2]: value and pair parameters
+
+
+STORE_FORMAT = 1  # bump when the layout or meaning of a Store's arrays changes
+
+
+def save_store(store: Store, path, key: str) -> None:
+    """Write `store` to `path` (atomically; an uncompressed .npz whose members carry CRCs) with
+    `key` (what it was built from) and a digest of its contents."""
+    from tuner.fileio import atomic_open
+
+    with atomic_open(path) as f:
+        np.savez(f, **store._asdict(), key=np.array(key), format=np.array(STORE_FORMAT),
+                 digest=np.array(store_digest(store)))
+
+
+def load_store(path, key: str) -> Store:
+    """The store saved at `path` for `key`; `FreezeError` saying why if it is missing, was made
+    for something else, is truncated or corrupted (member CRCs and the content digest)."""
+    import zipfile
+
+    try:
+        with np.load(path) as z:
+            if str(z["key"]) != key or int(z["format"]) != STORE_FORMAT:
+                raise FreezeError(f"{path}: made for other data, evaluation or settings")
+            store = Store(**{f: z[f] for f in Store._fields})
+            digest = str(z["digest"])
+    except FreezeError:
+        raise
+    except FileNotFoundError:
+        raise FreezeError(f"{path}: not found") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise FreezeError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    if store_digest(store) != digest:
+        raise FreezeError(f"{path}: contents do not match their digest (corrupted)")
+    return store
+
+
+def store_digest(store: Store) -> str:
+    """BLAKE2 digest of every array of `store` (dtype, shape and bytes)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for name, arr in zip(Store._fields, store):
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+        h.update(np.ascontiguousarray(arr).data)
+    return h.hexdigest()
+
+
+def store_len(store: Store) -> int:
+    return len(store.tmpl)
+
+
+def store_nbytes(store: Store) -> int:
+    """Bytes held by the store (templates included)."""
+    return sum(a.nbytes for a in store)
+
+
+def arena_size(store: Store) -> tuple[int, int]:
+    """(value slots, pair slots) of an arena that can replay any position of `store`."""
+    temps = store.t_temps.max(axis=0) if len(store.t_temps) else np.zeros(2, np.int64)
+    return int(store.params[0] + temps[0]), int(store.params[1] + temps[1])
+
+
+def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) -> Store:
+    """Merge the chunks of `extract` (in position order) into one `Store`."""
+    keys: dict[bytes, int] = {}
+    t_recs, t_infos = [], []
+    tmpl_parts = []
+    for ch in chunks:
+        n_t = int(ch.counts[0])
+        local = np.empty(n_t, np.int64)
+        for t in range(n_t):
+            recs = ch.t_rec[ch.t_first[t]: ch.t_first[t + 1]]
+            key = recs.tobytes() + ch.t_info[t, 1:].tobytes()
+            if key not in keys:
+                keys[key] = len(t_recs)
+                t_recs.append(recs)
+                t_infos.append(ch.t_info[t, 1:])
+            local[t] = keys[key]
+        tmpl_parts.append(local[ch.tmpl])
+    if len(t_recs) > np.iinfo(np.uint16).max:
+        raise FreezeError(f"{len(t_recs)} distinct record structures: more than a store holds")
+    tmpl = np.concatenate(tmpl_parts) if tmpl_parts else np.zeros(0, np.int64)
+    n = len(tmpl)
+    info = np.array(t_infos, np.int64).reshape(len(t_recs), -1)
+    n_seg = info.shape[1] - 3
+    recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
+    t_first = np.zeros(len(t_recs) + 1, np.int64)
+    np.cumsum([len(r) for r in t_recs], out=t_first[1:])
+
+    def cat(field, dtype):
+        parts = [getattr(ch, field) for ch in chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    def per_position(field):
+        return np.concatenate([getattr(ch, field) for ch in chunks]) if chunks else np.zeros(0, np.int64)
+
+    # N-ary counts: a row per position.
+    n_nary = per_position("n_nary")
+    q_max = max(1, int(n_nary.max()) if n else 1)
+    nary = np.zeros((n, q_max), np.uint16)
+    flat = cat("nary", np.int64)
+    rows = np.repeat(np.arange(n), n_nary)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(n_nary) - n_nary, n_nary)
+    nary[rows, cols] = flat
+
+    # Scalars: a row per position; a column constant over a template moves into the template.
+    n_scal = per_position("n_scal")
+    s_max = int(n_scal.max()) if n else 0
+    full = np.zeros((n, max(1, s_max)))
+    flat = cat("scal", np.float64)
+    rows = np.repeat(np.arange(n), n_scal)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(n_scal) - n_scal, n_scal)
+    full[rows, cols] = flat
+    t_scol = np.full((len(recs), 2), -1, np.int32)
+    t_sconst = np.zeros((len(recs), 2))
+    scalars = np.zeros((n, 1))
+    for t in range(len(t_recs)):
+        sel = tmpl == t
+        mine = full[sel]
+        used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
+        r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
+        s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
+        bits = mine[:, : len(r_of)].view(np.int64)
+        const = np.all(bits == bits[:1], axis=0)                    # bitwise equal everywhere
+        t_sconst[r_of[const], s_of[const]] = mine[0, : len(r_of)][const]
+        varying = np.flatnonzero(~const)
+        t_scol[r_of[varying], s_of[varying]] = np.arange(len(varying))
+        if len(varying) > scalars.shape[1]:
+            scalars = np.concatenate([scalars, np.zeros((n, len(varying) - scalars.shape[1]))],
+                                     axis=1)
+        scalars[np.ix_(sel, np.arange(len(varying)))] = mine[:, varying]
+
+    opnd_off = np.zeros(n + 1, np.int64)
+    np.cumsum(per_position("n_opnd"), out=opnd_off[1:])
+    return Store(
+        t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
+        t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
+        t_temps=info[:, :2].astype(np.int32),
+        t_out_slots=info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg),
+        tmpl=tmpl.astype(np.uint16), opnd_off=opnd_off, nary=nary, scalars=scalars,
+        index=cat("index", np.uint16), coef=cat("coef", np.int8),
+        params=np.array([n_value_params, n_pair_params], np.int64))
+
+
+def freeze(rec: Recording, outputs: np.ndarray) -> Store:
+    """One recording's positions as a `Store` (see `extract` and `build_store`)."""
+    c = rec.counts
+    return build_store([extract(rec, outputs)], int(c[C_VALUE_PARAMS]), int(c[C_PAIR_PARAMS]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Playing.
+# ------------------------------------------------------------------------------------------------
+
+@njit(**JIT)
+def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
+    """Play positions ``rows`` last to first: ``outputs[i]`` = the segment outputs of
+    ``rows[i]``; with `with_grad`, each position's backward sweep follows its forward sweep,
+    seeded with `seed` at its last output, and the parameter gradients accumulate in the arena.
+
+    Returns -1, or the tag of a record no branch knows (the sweep stops there; freezing never
+    lets one through). Rows come in any (shuffled) order: what the next positions read is
+    prefetched. The dispatch by form is written here, in the loop bodies, and the store's and
+    arena's arrays are unpacked once: a function called per record with arrays (or with the
+    namedtuples) would cost Numba's reference-count updates, several times the arithmetic; for
+    the same reason nothing in the loops raises (an exception path there defeats the pruning of
+    those updates).
+    """
+    val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
+    t_first, t_op, t_out, t_lhs, t_rhs = st.t_first, st.t_op, st.t_out, st.t_lhs, st.t_rhs
+    t_scol, t_sconst, t_temps, t_outs = st.t_scol, st.t_sconst, st.t_temps, st.t_out_slots
+    tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
+                                                st.index, st.coef)
+    v0, p0 = st.params[0], st.params[1]
+    n_seg = t_outs.shape[1]
+    for i in range(rows.shape[0] - 1, -1, -1):
+        if i >= PREFETCH_ROW:  # the header of a position ahead
+            ahead = rows[i - PREFETCH_ROW]
+            _prefetch(tmpl, ahead)
+            _prefetch(opnd_off, ahead)
+            _prefetch(nary, ahead * nary.shape[1])
+            _prefetch(scalars, ahead * scalars.shape[1])
+        if i >= PREFETCH_OPERANDS:  # every cache line of the operands of a nearer one
+            ahead = rows[i - PREFETCH_OPERANDS]
+            q, end = opnd_off[ahead], opnd_off[ahead + 1]
+            while q < end:
+                _prefetch(idx, q)
+                _prefetch(coef, q)
+                q += 32
+        p = rows[i]
+        t = tmpl[p]
+        r0, r1 = t_first[t], t_first[t + 1]
+        q = opnd_off[p]
+        for r in range(r0, r1):
+            op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
+            form, k = op >> KERNEL_BITS, op & 15
+            if FORM_NARY[form] != S_NONE:
+                a, b = q, nary[p, b]
+                q += b
+            c0, c1 = t_scol[r, 0], t_scol[r, 1]
+            s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
+            s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
+            if form == F_LINCOMB_PAIR:
+                _lincomb_pair_fwd(pv, idx, coef, o, a, b)
+            elif form == F_PHASE:
+                _phase_fwd(val, pv, o, a, s0)
+            elif form == F_VV:
+                _vv_fwd(val, o, a, b, k)
+            elif form == F_VS:
+                _vs_fwd(val, o, a, s0, k)
+            elif form == F_SV:
+                _sv_fwd(val, o, a, s0, k)
+            elif form == F_V:
+                _vs_fwd(val, o, a, 0.0, k)
+            elif form == F_SUM:
+                _sum_fwd(val, idx, o, a, b)
+            elif form == F_LINCOMB_VALUE:
+                _lincomb_value_fwd(val, idx, coef, o, a, b)
+            elif form == F_PP:
+                _pp_fwd(pv, o, a, b, k)
+            elif form == F_PS:
+                _ps_fwd(pv, o, a, s0, k)
+            elif form == F_SP:
+                _sp_fwd(pv, o, a, s0, k)
+            elif form == F_PV:
+                _pv_fwd(val, pv, o, a, b, k)
+            elif form == F_VP:
+                _vp_fwd(val, pv, o, a, b, k)
+            elif form == F_P:
+                _ps_fwd(pv, o, a, 0.0, k)
+            elif form == F_EG_SCALE:
+                _eg_scale_fwd(pv, o, a, s0)
+            elif form == F_ADD_CLAMPED_EG:
+                _add_clamped_eg_fwd(val, pv, o, a, b)
+            elif form == F_ADD_WINNABLE_EG:
+                _add_winnable_eg_fwd(val, pv, o, a, b)
+            elif form == F_EG_SCALE_BY_SIGN:
+                _eg_scale_by_sign_fwd(pv, o, a, s0, s1)
+            elif form == F_CONST:
+                _const_fwd(val, o, s0)
+            elif form == F_CONST_PAIR:
+                _const_pair_fwd(pv, o, s0, s1)
+            elif form == F_SIGMOID_SQ_ERR:
+                _sigmoid_sq_err_fwd(val, o, a, s0, s1)
+            else:
+                return op  # freezing refuses unknown tags; the caller raises
+        for s in range(n_seg):
+            outputs[i, s] = val[t_outs[t, s]]
+        if not with_grad:
+            continue
+        for j in range(v0, v0 + t_temps[t, 0]):
+            vg[j] = 0.0
+        for j in range(p0, p0 + t_temps[t, 1]):
+            pg[j, 0] = 0.0
+            pg[j, 1] = 0.0
+        vg[t_outs[t, n_seg - 1]] += seed
+        for r in range(r1 - 1, r0 - 1, -1):
+            op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
+            form, k = op >> KERNEL_BITS, op & 15
+            if FORM_NARY[form] != S_NONE:
+                b = nary[p, b]
+                q -= b
+                a = q
+            c0, c1 = t_scol[r, 0], t_scol[r, 1]
+            s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
+            s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
+            if form == F_LINCOMB_PAIR:
+                _lincomb_pair_bwd(pg, idx, coef, o, a, b)
+            elif form == F_PHASE:
+                _phase_bwd(vg, pg, o, a, s0)
+            elif form == F_VV:
+                _vv_bwd(val, vg, o, a, b, k)
+            elif form == F_VS:
+                _vs_bwd(val, vg, o, a, s0, k)
+            elif form == F_SV:
+                _sv_bwd(val, vg, o, a, s0, k)
+            elif form == F_V:
+                _vs_bwd(val, vg, o, a, 0.0, k)
+            elif form == F_SUM:
+                _sum_bwd(vg, idx, o, a, b)
+            elif form == F_LINCOMB_VALUE:
+                _lincomb_value_bwd(vg, idx, coef, o, a, b)
+            elif form == F_PP:
+                _pp_bwd(pv, pg, o, a, b, k)
+            elif form == F_PS:
+                _ps_bwd(pv, pg, o, a, s0, k)
+            elif form == F_SP:
+                _sp_bwd(pv, pg, o, a, s0, k)
+            elif form == F_PV:
+                _pv_bwd(val, vg, pv, pg, o, a, b, k)
+            elif form == F_VP:
+                _vp_bwd(val, vg, pv, pg, o, a, b, k)
+            elif form == F_P:
+                _ps_bwd(pv, pg, o, a, 0.0, k)
+            elif form == F_EG_SCALE:
+                _eg_scale_bwd(pg, o, a, s0)
+            elif form == F_ADD_CLAMPED_EG:
+                _add_clamped_eg_bwd(val, vg, pv, pg, o, a, b)
+            elif form == F_ADD_WINNABLE_EG:
+                _add_winnable_eg_bwd(val, vg, pv, pg, o, a, b)
+            elif form == F_EG_SCALE_BY_SIGN:
+                _eg_scale_by_sign_bwd(pv, pg, o, a, s0, s1)
+            elif form == F_SIGMOID_SQ_ERR:
+                _sigmoid_sq_err_bwd(val, vg, o, a, s0, s1)
+            elif form == F_CONST or form == F_CONST_PAIR:
+                pass  # a leaf: nothing to propagate
+            else:
+                return op
+    return -1
+
+
+# ------------------------------------------------------------------------------------------------
+# A whole tape as one position: what the Python front end and the tests sweep.
+# ------------------------------------------------------------------------------------------------
+
+def freeze_tape(tape, output: int = -1) -> Store:
+    """Every record of `tape` as one stored position whose output is value slot `output` (or,
+    with -1, the last value written). Every slot of a tape is written by a record in slot
+    order, so the rebased slots are the tape's own and the store plays in the tape's arena."""
+    rec = tape.rec
+    n_rec = int(rec.counts[C_RECORDS])
+    if output < 0:
+        is_value = FORM_OUT[rec.op[:n_rec] >> KERNEL_BITS] == S_VALUE
+        if not is_value.any():
+            raise FreezeError("the tape has no record writing a value")
+        output = int(rec.out[:n_rec][is_value][-1])
+    outputs = np.array([[output]], np.int64)
+    ranges = np.array([[[0, n_rec]]], np.int64)
+    c = rec.counts
+    store = build_store([extract(rec, outputs, ranges=ranges)], int(c[C_VALUE_PARAMS]),
+                        int(c[C_PAIR_PARAMS]))
+    if tuple(store.t_temps[0]) != (c[C_VALUES] - c[C_VALUE_PARAMS], c[C_PAIRS] - c[C_PAIR_PARAMS]):
+        raise FreezeError("the tape has slots that no record writes")
+    return store
+
+
+def check_played(status: int) -> None:
+    """Raise if `play` stopped at a record tag it does not know."""
+    if status >= 0:
+        raise FreezeError(f"unknown record tag {status} in a sweep")
+
+
+def forward(tape) -> None:
+    """Recompute every record of `tape` in order from the current parameter values."""
+    if tape.rec.counts[C_RECORDS]:
+        check_played(play(freeze_tape(tape), tape.arena, np.zeros(1, np.int64), 0.0, False,
+                          np.zeros((1, 1))))
+
+
+def backward(tape, output: int) -> None:
+    """Gradients of value `output` with respect to every slot: temporary gradients are cleared
+    first; parameter gradients accumulate (``+=``) across calls until `zero_grad`."""
+    check_played(play(freeze_tape(tape, output), tape.arena, np.zeros(1, np.int64), 1.0, True,
+                      np.zeros((1, 1))))
