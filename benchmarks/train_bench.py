@@ -6,7 +6,7 @@ Prints the one-off recording time and memory of the replay store, then s/epoch (
 positions/s and peak memory for each mode and thread count asked for.
 
     .venv/bin/python benchmarks/train_bench.py [--positions N] [--epochs E] [--threads 1 2]
-                                               [--modes replay eager]
+                                               [--modes replay eager] [--evaluation NAME]
 """
 import argparse
 import resource
@@ -37,13 +37,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--modes", nargs="+", default=["replay"], choices=["replay", "eager"])
+    ap.add_argument("--evaluation", default="clockwork", help="evaluation to train")
     a = ap.parse_args()
     data = tiled_data(a.positions)
-    print(f"{a.positions:,} positions (the shipped sample tiled), batch 262,144")
+    print(f"{a.evaluation}: {a.positions:,} positions (the shipped sample tiled), batch 262,144")
     sigs = set()
     for mode in a.modes:
         for threads in a.threads:
             cfg = validate({"data": {"train": ["unused"], "validation_fraction": 0.0},
+                            "evaluation": {"name": a.evaluation, "init": "zero"},
                             "optimizer": {"lr": 10.0},
                             "training": {"epochs": a.epochs, "batch_size": 262_144,
                                          "micro_batch_size": 1024, "threads": threads,
@@ -55,7 +57,7 @@ def main():
                 hist = run.run(data)
                 total = time.perf_counter() - t0
             med = statistics.median(hist["seconds"])
-            sigs.add(run.params.tobytes())
+            sigs.add(run.theta.tobytes())
             store = [l for l in lines if l.startswith("replay")]
             print(f"{mode:6s} threads {threads}: {med:.3f} s/epoch (median of {a.epochs}), "
                   f"{a.positions / med:,.0f} positions/s; run {total:.1f} s; peak memory "

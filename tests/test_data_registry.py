@@ -14,7 +14,8 @@ from tuner.data.registry import (ENV_VAR, load_registry, registry_path, resolve,
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 SHIPPED = {"selfplay-std": 274_281, "selfplay-dfrc": 116_687, "tiny": 4_000}
-USER = ["v2.1", "v2.2", "v3", "dfrcv0", "dfrcv1"]
+USER = ["v2.1", "v2.2", "v3", "dfrcv0", "dfrcv1",          # cde2ced recipe
+        "v5_25knpm", "v4_8knpm", "v4_16knpm", "v4.1_8knpm", "v4.1_16knpm", "dfrcv2"]  # 10d79e6
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from tuner.evals import clockwork as cw
 from tuner.train.config import SCHEMA, ConfigError, describe, load_config, validate
 from tuner.train.loop import Run, load_data
 from tuner.train.schedule import check_patterns, learning_rate, trainable_mask
+
+REPO = Path(__file__).resolve().parents[1]
 
 TINY = """\
 [data]
@@ -363,3 +366,33 @@ def test_freeze_run_keeps_frozen_entries_exactly(tmp_path):
     assert p4[~psqt].tobytes() == p2[~psqt].tobytes()
     assert run.m.reshape(-1, 2)[~psqt].tobytes() == m2[~psqt].tobytes()
     assert (p4[psqt] != init[psqt]).any(axis=1).mean() > 0.9
+
+
+def test_clockwork_head_recipe_is_the_engine_tuners():
+    """configs/clockwork-head.toml: 10d79e6's evaltune_main.cpp schedule and freeze stages."""
+    from tuner.evals import get_evaluation
+
+    cfg = load_config(REPO / "configs" / "clockwork-head.toml")
+    reg = get_evaluation(cfg["evaluation"]["name"]).registry
+    assert reg.n_params == 627 and reg.n_values == 5
+    stages = cfg["freeze"]["stages"]
+    check_patterns(reg, stages)
+    n_pairs = 2 * reg.n_params
+    for epoch in (0, 23):        # freeze_pair_range(5, ...) and freeze_value_range: material only
+        m = trainable_mask(reg, stages, epoch)
+        assert np.flatnonzero(m).tolist() == list(range(10))
+    for epoch in (24, 95):       # unfreeze_pair_range(0, 627 - 80) and every value
+        m = trainable_mask(reg, stages, epoch)
+        assert m[: 2 * 547].all() and not m[2 * 547: n_pairs].any() and m[n_pairs:].all()
+    assert trainable_mask(reg, stages, 96).all()
+    lr = cfg["schedule"]
+    for epoch in (0, 10, 23, 24, 50, 71, 72, 200, 449):
+        if epoch < 24:
+            expect = 20.0 * 0.0333 ** (epoch / 24)
+        elif epoch < 72:
+            expect = 2 * 0.0667 ** ((epoch - 24) / 28)
+        else:
+            expect = 0.1 ** ((epoch - 72) / 128)
+        assert learning_rate(lr, cfg["optimizer"]["lr"], epoch) == pytest.approx(expect, rel=1e-6)
+    t = cfg["training"]
+    assert (t["epochs"], t["batch_size"], cfg["loss"]["k"]) == (450, 16 * 16384, 1 / 400)

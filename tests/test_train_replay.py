@@ -13,7 +13,7 @@ from tuner.data import load_dataset
 from tuner.evals import EVALUATIONS, Evaluation, get_evaluation
 from tuner.evals import clockwork as cw
 from tuner.tape import lin_add, lin_record_pair, new_tape, record_const, record_phase, set_params
-from tuner.tape.ops import (F_ADD_CLAMPED_EG, F_EG_SCALE_BY_SIGN, F_PHASE, F_SIGMOID_SQ_ERR,
+from tuner.tape.ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_SIGN, F_PHASE, F_SIGMOID_SQ_ERR,
                             KERNEL_BITS, record_pair_mul_value, tag)
 from tuner.tape.recording import C_RECORDS
 from tuner.train.config import validate
@@ -104,8 +104,9 @@ def test_replay_equals_eager_bitwise(tiny, name):
     assert len(seen) == 1
 
 
-def _branches(ev, theta, positions):
-    """Per position: the sign of eg entering the endgame scale and whether the eg clamp passes."""
+def _branches(ev, theta, positions, clamp_form=F_ADD_CLAMPED_EG):
+    """Per position: the sign of eg entering the endgame scale and whether the eg clamp of
+    `clamp_form` passes (for the winnable add: with the sign of eg applied to the value)."""
     reg = ev.registry
     tape = new_tape(reg.n_values, reg.n_params, records=64 * len(positions))
     set_params(tape.arena, theta[: 2 * reg.n_params].reshape(-1, 2), theta[2 * reg.n_params:])
@@ -114,9 +115,10 @@ def _branches(ev, theta, positions):
     rec, arena = tape.rec, tape.arena
     forms = rec.op[: rec.counts[C_RECORDS]] >> KERNEL_BITS
     scaled = np.flatnonzero(forms == F_EG_SCALE_BY_SIGN)
-    clamped = np.flatnonzero(forms == F_ADD_CLAMPED_EG)
+    clamped = np.flatnonzero(forms == clamp_form)
+    assert len(scaled) == len(clamped) == len(positions)
     eg = arena.pair_val[rec.lhs[clamped], 1]
-    w = arena.val[rec.rhs[clamped]]
+    w = arena.val[rec.rhs[clamped]] * (np.sign(eg) if clamp_form == F_ADD_WINNABLE_EG else 1)
     passes = ((eg > 0) & (eg + w > 0)) | ((eg < 0) & (eg + w < 0))
     return arena.pair_val[rec.lhs[scaled], 1] > 0, passes
 
@@ -128,13 +130,18 @@ def _raw(name, mode, init="default", lr=8.0):
             "training": {"epochs": 3, "batch_size": 512, "micro_batch_size": 64, "mode": mode}}
 
 
-def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_path):
-    data = load_data(validate(_raw(nonlinear_eval.NAME, "eager"), "x"), lambda s: None)
+@pytest.mark.parametrize("name, lr, clamp_form", [(nonlinear_eval.NAME, 8.0, F_ADD_CLAMPED_EG),
+                                                   ("clockwork-10d79e6", 30.0, F_ADD_WINNABLE_EG)])
+def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_path, name, lr,
+                                                                           clamp_form):
+    """Whole runs, eager and replay, 1 and 2 threads: the same bits, although training moved
+    the parameters far enough that positions changed strong side and clamp branch."""
+    data = load_data(validate(_raw(name, "eager"), "x"), lambda s: None)
     runs = {}
     for mode, threads in (("eager", 1), ("replay", 1), ("replay", 2)):
         out = tmp_path / f"{mode}-{threads}"
         out.mkdir()
-        run = Run(validate(_raw(nonlinear_eval.NAME, mode), "x"), out, threads=threads,
+        run = Run(validate(_raw(name, mode, lr=lr), "x"), out, threads=threads,
                   log=lambda s: None, progress=False)
         start = run.theta.copy()
         run.run(data)
@@ -144,9 +151,9 @@ def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_
         assert run.theta.tobytes() == final.tobytes()
         assert run.history["train_loss"] == runs["eager", 1].history["train_loss"]
     assert np.abs(final - start).max() > 10  # the parameters did move
-    ev = get_evaluation(nonlinear_eval.NAME)
-    strong0, clamp0 = _branches(ev, start, data.positions)
-    strong1, clamp1 = _branches(ev, final, data.positions)
+    ev = get_evaluation(name)
+    strong0, clamp0 = _branches(ev, start, data.positions, clamp_form)
+    strong1, clamp1 = _branches(ev, final, data.positions, clamp_form)
     assert (strong0 != strong1).sum() > 0, "no position changed its strong side"
     assert (clamp0 != clamp1).sum() > 0, "no position changed its clamp branch"
 

@@ -6,7 +6,8 @@ the operands live (value slots, pair slots, the record's f64 scalars, an operand
 the output is. Elementwise pair ops reuse the value kernels component by component, so every
 formula is written once.
 
-Kernels (``out, d out/d a, d out/d b``):
+Kernels (``out`` from `kernel`; ``d out/d a, d out/d b`` from `partials`, which reuses the
+forward's ``out``):
 
 =========  ===================  ===================  =================
 kernel     out                  d/da                 d/db
@@ -14,7 +15,7 @@ kernel     out                  d/da                 d/db
 ADD        a + b                1                    1
 SUB        a - b                1                    -1
 MUL        a * b                b                    a
-DIV        a / b                1 / b                -a / b^2
+DIV        a / b                1 / b                -out / b
 POW        a ^ b                b a^(b-1)            a^b ln a
 EXP        exp a                exp a                .
 LOG        ln a                 1 / a                .
@@ -163,7 +164,7 @@ def tag_name(t: int) -> str:
 # Kernels: value and local partials, side by side.
 # ------------------------------------------------------------------------------------------------
 
-@njit(**JIT)
+@njit(**INLINE)
 def sigmoid(x: float) -> float:
     """Logistic function, without overflow for large |x|."""
     if x >= 0.0:
@@ -172,31 +173,52 @@ def sigmoid(x: float) -> float:
     return e / (1.0 + e)
 
 
-@njit(**JIT)
-def kernel(k: int, a: float, b: float):
-    """``(out, d out/d a, d out/d b)`` of kernel `k`; unary kernels ignore `b`."""
+@njit(**INLINE)
+def kernel(k: int, a: float, b: float) -> float:
+    """The output of kernel `k` (unary kernels ignore `b`)."""
     if k == K_ADD:
-        return a + b, 1.0, 1.0
+        return a + b
     if k == K_SUB:
-        return a - b, 1.0, -1.0
+        return a - b
     if k == K_MUL:
-        return a * b, b, a
+        return a * b
     if k == K_DIV:
-        return a / b, 1.0 / b, -a / (b * b)
+        return a / b
     if k == K_POW:
-        out = a ** b
-        return out, b * a ** (b - 1.0), out * np.log(a)
+        return a ** b
     if k == K_EXP:
-        out = np.exp(a)
-        return out, out, 0.0
+        return np.exp(a)
     if k == K_LOG:
-        return np.log(a), 1.0 / a, 0.0
+        return np.log(a)
     if k == K_SIGMOID:
-        out = sigmoid(a)
-        return out, out * (1.0 - out), 0.0
+        return sigmoid(a)
     if k == K_NEG:
-        return -a, -1.0, 0.0
-    return np.nan, np.nan, np.nan  # no such kernel (freezing refuses its tag): poison, loudly
+        return -a
+    return np.nan  # no such kernel (freezing refuses its tag): poison, loudly
+
+
+@njit(**INLINE)
+def partials(k: int, a: float, b: float, out: float):
+    """``(d out/d a, d out/d b)`` of kernel `k` at (a, b), reusing the forward's `out`."""
+    if k == K_ADD:
+        return 1.0, 1.0
+    if k == K_SUB:
+        return 1.0, -1.0
+    if k == K_MUL:
+        return b, a
+    if k == K_DIV:
+        return 1.0 / b, -out / b
+    if k == K_POW:
+        return b * a ** (b - 1.0), out * np.log(a)
+    if k == K_EXP:
+        return out, 0.0
+    if k == K_LOG:
+        return 1.0 / a, 0.0
+    if k == K_SIGMOID:
+        return out * (1.0 - out), 0.0
+    if k == K_NEG:
+        return -1.0, 0.0
+    return np.nan, np.nan
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,12 +230,12 @@ def kernel(k: int, a: float, b: float):
 
 @njit(**JIT)
 def _vv_fwd(val, o, a, b, k):
-    val[o] = kernel(k, val[a], val[b])[0]
+    val[o] = kernel(k, val[a], val[b])
 
 
 @njit(**JIT)
 def _vv_bwd(val, vg, o, a, b, k):
-    _, da, db = kernel(k, val[a], val[b])
+    da, db = partials(k, val[a], val[b], val[o])
     g = vg[o]
     vg[a] += da * g
     vg[b] += db * g
@@ -221,34 +243,34 @@ def _vv_bwd(val, vg, o, a, b, k):
 
 @njit(**JIT)
 def _vs_fwd(val, o, a, s, k):
-    val[o] = kernel(k, val[a], s)[0]
+    val[o] = kernel(k, val[a], s)
 
 
 @njit(**JIT)
 def _vs_bwd(val, vg, o, a, s, k):
-    vg[a] += kernel(k, val[a], s)[1] * vg[o]
+    vg[a] += partials(k, val[a], s, val[o])[0] * vg[o]
 
 
 @njit(**JIT)
 def _sv_fwd(val, o, a, s, k):
-    val[o] = kernel(k, s, val[a])[0]
+    val[o] = kernel(k, s, val[a])
 
 
 @njit(**JIT)
 def _sv_bwd(val, vg, o, a, s, k):
-    vg[a] += kernel(k, s, val[a])[2] * vg[o]
+    vg[a] += partials(k, s, val[a], val[o])[1] * vg[o]
 
 
 @njit(**JIT)
 def _pp_fwd(pv, o, a, b, k):
     for j in range(2):
-        pv[o, j] = kernel(k, pv[a, j], pv[b, j])[0]
+        pv[o, j] = kernel(k, pv[a, j], pv[b, j])
 
 
 @njit(**JIT)
 def _pp_bwd(pv, pg, o, a, b, k):
     for j in range(2):
-        _, da, db = kernel(k, pv[a, j], pv[b, j])
+        da, db = partials(k, pv[a, j], pv[b, j], pv[o, j])
         pg[a, j] += da * pg[o, j]
         pg[b, j] += db * pg[o, j]
 
@@ -256,37 +278,37 @@ def _pp_bwd(pv, pg, o, a, b, k):
 @njit(**JIT)
 def _ps_fwd(pv, o, a, s, k):
     for j in range(2):
-        pv[o, j] = kernel(k, pv[a, j], s)[0]
+        pv[o, j] = kernel(k, pv[a, j], s)
 
 
 @njit(**JIT)
 def _ps_bwd(pv, pg, o, a, s, k):
     for j in range(2):
-        pg[a, j] += kernel(k, pv[a, j], s)[1] * pg[o, j]
+        pg[a, j] += partials(k, pv[a, j], s, pv[o, j])[0] * pg[o, j]
 
 
 @njit(**JIT)
 def _sp_fwd(pv, o, a, s, k):
     for j in range(2):
-        pv[o, j] = kernel(k, s, pv[a, j])[0]
+        pv[o, j] = kernel(k, s, pv[a, j])
 
 
 @njit(**JIT)
 def _sp_bwd(pv, pg, o, a, s, k):
     for j in range(2):
-        pg[a, j] += kernel(k, s, pv[a, j])[2] * pg[o, j]
+        pg[a, j] += partials(k, s, pv[a, j], pv[o, j])[1] * pg[o, j]
 
 
 @njit(**JIT)
 def _pv_fwd(val, pv, o, a, b, k):
     for j in range(2):
-        pv[o, j] = kernel(k, pv[a, j], val[b])[0]
+        pv[o, j] = kernel(k, pv[a, j], val[b])
 
 
 @njit(**JIT)
 def _pv_bwd(val, vg, pv, pg, o, a, b, k):
     for j in range(2):
-        _, dp, dv = kernel(k, pv[a, j], val[b])
+        dp, dv = partials(k, pv[a, j], val[b], pv[o, j])
         pg[a, j] += dp * pg[o, j]
         vg[b] += dv * pg[o, j]
 
@@ -294,13 +316,13 @@ def _pv_bwd(val, vg, pv, pg, o, a, b, k):
 @njit(**JIT)
 def _vp_fwd(val, pv, o, a, b, k):
     for j in range(2):
-        pv[o, j] = kernel(k, val[b], pv[a, j])[0]
+        pv[o, j] = kernel(k, val[b], pv[a, j])
 
 
 @njit(**JIT)
 def _vp_bwd(val, vg, pv, pg, o, a, b, k):
     for j in range(2):
-        _, dv, dp = kernel(k, val[b], pv[a, j])
+        dv, dp = partials(k, val[b], pv[a, j], pv[o, j])
         pg[a, j] += dp * pg[o, j]
         vg[b] += dv * pg[o, j]
 

@@ -375,6 +375,7 @@ class Store(NamedTuple):
     t_sconst: np.ndarray  # float64[RT, 2]
     t_temps: np.ndarray   # int32[T, 2]: value and pair temporaries
     t_out_slots: np.ndarray  # int32[T, S]: value slot of each segment's output
+    t_linear: np.ndarray  # bool[T]: the template is the linear Texel case `play` runs directly
     tmpl: np.ndarray      # uint16[N]
     opnd_off: np.ndarray  # int64[N+1]
     nary: np.ndarray      # uint16[N, Q]
@@ -443,6 +444,16 @@ def arena_size(store: Store) -> tuple[int, int]:
     """(value slots, pair slots) of an arena that can replay any position of `store`."""
     temps = store.t_temps.max(axis=0) if len(store.t_temps) else np.zeros(2, np.int64)
     return int(store.params[0] + temps[0]), int(store.params[1] + temps[1])
+
+
+def _is_linear_texel(recs: np.ndarray, out_slots: np.ndarray) -> bool:
+    """Whether template records are: a linear combination, its phase blend (the first output)
+    and the Texel loss of that (the second): the shape of every linear evaluation's position."""
+    return (len(recs) == 3 and len(out_slots) == 2
+            and [r >> KERNEL_BITS for r in recs[:, 0]] == [F_LINCOMB_PAIR, F_PHASE,
+                                                            F_SIGMOID_SQ_ERR]
+            and recs[1, 2] == recs[0, 1] and recs[2, 2] == recs[1, 1]
+            and out_slots[0] == recs[1, 1] and out_slots[1] == recs[2, 1])
 
 
 def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) -> Store:
@@ -522,6 +533,8 @@ def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) ->
         t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
         t_temps=info[:, :2].astype(np.int32),
         t_out_slots=info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg),
+        t_linear=np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], info[t, 3:])
+                           for t in range(len(t_recs))], dtype=np.bool_),
         tmpl=tmpl.astype(np.uint16), opnd_off=opnd_off, nary=nary, scalars=scalars,
         index=cat("index", np.uint16), coef=cat("coef", np.int8),
         params=np.array([n_value_params, n_pair_params], np.int64))
@@ -558,6 +571,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                                                 st.index, st.coef)
     v0, p0 = st.params[0], st.params[1]
     n_seg = t_outs.shape[1]
+    t_linear = st.t_linear
     for i in range(rows.shape[0] - 1, -1, -1):
         if i >= PREFETCH_ROW:  # the header of a position ahead
             ahead = rows[i - PREFETCH_ROW]
@@ -576,6 +590,31 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
         t = tmpl[p]
         r0, r1 = t_first[t], t_first[t + 1]
         q = opnd_off[p]
+        if t_linear[t]:
+            # A measured fast case: a linear combination, its phase blend and its loss, the
+            # same form functions called in the order the general loops below call them.
+            n = nary[p, 0]
+            c = t_scol[r0 + 1, 0]
+            alpha = t_sconst[r0 + 1, 0] if c < 0 else scalars[p, c]
+            c0, c1 = t_scol[r0 + 2, 0], t_scol[r0 + 2, 1]
+            s0 = t_sconst[r0 + 2, 0] if c0 < 0 else scalars[p, c0]
+            s1 = t_sconst[r0 + 2, 1] if c1 < 0 else scalars[p, c1]
+            o0, o1, o2 = t_out[r0], t_out[r0 + 1], t_out[r0 + 2]
+            _lincomb_pair_fwd(pv, idx, coef, o0, q, n)
+            _phase_fwd(val, pv, o1, o0, alpha)
+            _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
+            outputs[i, 0] = val[o1]
+            outputs[i, 1] = val[o2]
+            if with_grad:
+                vg[o1] = 0.0
+                vg[o2] = 0.0
+                pg[o0, 0] = 0.0
+                pg[o0, 1] = 0.0
+                vg[o2] += seed
+                _sigmoid_sq_err_bwd(val, vg, o2, o1, s0, s1)
+                _phase_bwd(vg, pg, o1, o0, alpha)
+                _lincomb_pair_bwd(pg, idx, coef, o0, q, n)
+            continue
         for r in range(r0, r1):
             op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
             form, k = op >> KERNEL_BITS, op & 15

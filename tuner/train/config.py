@@ -74,9 +74,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "name": Key((str,), "clockwork", "Evaluation to tune (see `tuner.evals`)."),
         "init": Key((str,), "zero",
                     "Initial parameters: 'zero', 'default' (the evaluation's shipped values), "
-                    "'random' (uniform in [-random_range, random_range]) or a parameter JSON "
+                    "'random' (uniform in random_center +- random_range) or a parameter JSON "
                     "file (relative to the config file). Constants always keep their defaults."),
         "random_range": Key(NUM, 100.0, "Half-width of the 'random' initialisation.", _positive),
+        "random_center": Key(NUM, 0.0, "Centre of the 'random' initialisation."),
         "random_seed": Key((int,), 0, "Seed of the 'random' initialisation."),
     },
     "loss": {

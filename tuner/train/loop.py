@@ -95,8 +95,9 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
         params, values = np.array(registry.defaults), np.array(registry.value_defaults)
     elif init == "random":
         rng = np.random.default_rng(ev["random_seed"])
-        params = rng.uniform(-ev["random_range"], ev["random_range"], size=(n, 2))
-        values = rng.uniform(-ev["random_range"], ev["random_range"], size=n_values)
+        lo, hi = ev["random_center"] - ev["random_range"], ev["random_center"] + ev["random_range"]
+        params = rng.uniform(lo, hi, size=(n, 2))
+        values = rng.uniform(lo, hi, size=n_values)
     else:
         from tuner.evals.registry import ParamRegistry
         path = cfg.resolve_path(init)
@@ -188,6 +189,13 @@ class Run:
                         f"{path}: the checkpoint was made with a different configuration "
                         f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs, "
                         f"threads and mode may change on resume")
+                size = len(self.theta)
+                for key in ("theta", "m", "v"):
+                    if z[key].shape != (size,) or z[key].dtype != np.float64:
+                        raise TrainingError(
+                            f"{path}: {key} has shape {z[key].shape} ({z[key].dtype}), this "
+                            f"evaluation needs ({size},) float64: the checkpoint was made for "
+                            f"other parameters")
                 self.theta = np.array(z["theta"])
                 self.m, self.v = np.array(z["m"]), np.array(z["v"])
                 self.step, self.epoch = int(z["step"]), int(z["epoch"])

@@ -5,6 +5,8 @@ import fnmatch
 
 import numpy as np
 
+from tuner.evals.registry import VALUE
+
 
 def learning_rate(schedule: dict, base_lr: float, epoch: int) -> float:
     """The learning rate of 0-based `epoch` under a validated ``[schedule]`` section."""
@@ -26,7 +28,7 @@ def learning_rate(schedule: dict, base_lr: float, epoch: int) -> float:
 def _flat_slice(registry, group) -> slice:
     """Where a parameter group's entries sit in the flat parameter vector (pairs (mg, eg)
     row-major, then values)."""
-    if getattr(group, "kind", "pair") == "value":
+    if group.kind == VALUE:
         base = 2 * registry.n_params
         return slice(base + group.offset, base + group.offset + group.size)
     return slice(2 * group.offset, 2 * (group.offset + group.size))
