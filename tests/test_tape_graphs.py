@@ -1,5 +1,5 @@
-"""Random composite graphs (hypothesis): 50-500 records over every op of the table, ending in a
-value.
+"""Random composite graphs (hypothesis): 50-500 records over every op of the table (constant
+leaves included: they are records too), ending in a value.
 
 A drawn sequence of op codes is turned into a concrete *plan* (operands and constants picked by a
 seeded generator, from recent nodes more often than not) while evaluating it at the base point with
@@ -14,6 +14,9 @@ base point. The plan is then
 * differentiated twice: temporary gradients identical, parameter gradients doubled;
 * replayed (`forward`) after changing the parameters: identical, bit for bit, to re-recording the
   plan with the new parameters, and so are the gradients.
+
+The generator (`plans`, `make_plan`, `record_plan`) is shared with tests/test_tape_player.py,
+which records several plans as the positions of one recording.
 """
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from tuner.tape import Graph
-from tuner.tape.arena import C_PAIRS, C_RECORDS, C_VALUES
+from tuner.tape import Graph, Pair, Value, ops
+from tuner.tape.recording import C_PAIRS, C_RECORDS, C_VALUES
 
 N_VP, N_PP = 3, 3      # value / pair parameters
 BOUND = 8.0            # |node value| bound at the base point
@@ -41,10 +44,11 @@ OPS = [
     ("scalar_div_pair", "p"), ("pair_mul_value", "pv"), ("value_mul_pair", "pv"),
     ("pair_div_value", "pv"), ("value_div_pair", "pv"), ("eg_scale", "p"),
     ("add_clamped_eg", "pv"), ("lincomb_pair", "P"), ("leaf_pair", ""),
+    ("add_winnable_eg", "pv"), ("eg_scale_by_sign", "p"), ("sigmoid_sq_err", "v"),
 ]
 PAIR_OUT = {name for name, _ in OPS if name.startswith("pair_") or name in (
     "scalar_div_pair", "value_mul_pair", "value_div_pair", "eg_scale", "add_clamped_eg",
-    "lincomb_pair", "leaf_pair")}
+    "lincomb_pair", "leaf_pair", "add_winnable_eg", "eg_scale_by_sign")}
 
 
 def _sig(x):
@@ -59,9 +63,24 @@ def _clamped(p, v):
     return out
 
 
+def _winnable(p, v):
+    eg = p[:, 1]
+    w = np.where(eg > 0, v, -v)
+    keeps = ((eg > 0) & (eg + w > 0)) | ((eg < 0) & (eg + w < 0))
+    out = p.copy()
+    out[:, 1] = np.where(eg == 0.0, eg, np.where(keeps, eg + w, 0.0))
+    return out
+
+
 def _eg_scale(p, s):
     out = p.copy()
     out[:, 1] *= s
+    return out
+
+
+def _eg_scale_by_sign(p, s):
+    out = p.copy()
+    out[:, 1] *= np.where(p[:, 1] > 0, s[0], s[1])
     return out
 
 
@@ -101,6 +120,9 @@ REF = {
     "value_div_pair": lambda v, p, c: v[0][:, None] / p[0],
     "eg_scale": lambda v, p, c: _eg_scale(p[0], c),
     "add_clamped_eg": lambda v, p, c: _clamped(p[0], v[0]),
+    "add_winnable_eg": lambda v, p, c: _winnable(p[0], v[0]),
+    "eg_scale_by_sign": lambda v, p, c: _eg_scale_by_sign(p[0], c),
+    "sigmoid_sq_err": lambda v, p, c: (_sig(c[0] * v[0]) - c[1]) ** 2,
     "lincomb_pair": lambda v, p, c: np.sum(np.stack(p) * np.array(c)[:, None, None], axis=0),
 }
 
@@ -127,6 +149,12 @@ def _in_domain(name, v, p, c, out):
     if name == "add_clamped_eg":
         eg = p[0][0, 1]
         return eg == 0.0 or (abs(eg) >= MARGIN and abs(eg + a) >= MARGIN)
+    if name == "add_winnable_eg":
+        eg = p[0][0, 1]
+        return eg == 0.0 or (abs(eg) >= MARGIN and abs(eg + (a if eg > 0 else -a)) >= MARGIN)
+    if name == "eg_scale_by_sign":
+        eg = p[0][0, 1]
+        return eg == 0.0 or abs(eg) >= MARGIN
     return True
 
 
@@ -137,6 +165,10 @@ def _const(name, rng):
         return float(rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 3.0))
     if name in ("phase", "eg_scale"):
         return float(rng.uniform(0.0, 1.0))
+    if name == "eg_scale_by_sign":
+        return (float(rng.uniform(0.0, 1.5)), float(rng.uniform(0.0, 1.5)))
+    if name == "sigmoid_sq_err":  # (K, result)
+        return (float(rng.uniform(0.2, 2.0)), float(rng.choice([0.0, 0.5, 1.0])))
     if name == "leaf_value":
         return float(rng.uniform(-2, 2))
     if name == "leaf_pair":
@@ -216,11 +248,14 @@ def evaluate(steps, vparams, pparams):
     return V, P
 
 
-def record_plan(steps, vparams, pparams):
-    """Record the plan on a fresh graph through the front end; the graph and node handles."""
-    g = Graph(N_VP, N_PP, records=1024)
-    g.tape.val[:N_VP] = vparams
-    g.tape.pair_val[:N_PP] = pparams
+def record_plan(steps, vparams, pparams, g=None):
+    """Record the plan through the front end on a fresh graph (parameters `vparams`, `pparams`)
+    or, given `g` (N_VP value and N_PP pair parameters, set by the caller), appended to it; the
+    graph and node handles."""
+    if g is None:
+        g = Graph(N_VP, N_PP, records=1024)
+        g.tape.arena.val[:N_VP] = vparams
+        g.tape.arena.pair_val[:N_PP] = pparams
     V = [g.value_param(i) for i in range(N_VP)]
     P = [g.pair_param(i) for i in range(N_PP)]
     for name, vin, pin, c in steps:
@@ -275,6 +310,12 @@ FRONT = {
     "value_div_pair": lambda v, p, c: v[0] / p[0],
     "eg_scale": lambda v, p, c: p[0].eg_scale(c),
     "add_clamped_eg": lambda v, p, c: p[0].add_clamped_eg(v[0]),
+    "add_winnable_eg": lambda v, p, c: Pair(p[0].graph, ops.record_add_winnable_eg(
+        p[0].graph.tape, p[0].index, v[0].index)),
+    "eg_scale_by_sign": lambda v, p, c: Pair(p[0].graph, ops.record_eg_scale_by_sign(
+        p[0].graph.tape, p[0].index, c[0], c[1])),
+    "sigmoid_sq_err": lambda v, p, c: Value(v[0].graph, ops.record_sigmoid_sq_err(
+        v[0].graph.tape, v[0].index, c[0], c[1])),
 }
 
 
@@ -301,22 +342,28 @@ def fd_gradient(steps, vparams, pparams):
 
 def _branches_stable(steps, V, P):
     for name, vin, pin, _ in steps:
-        if name == "add_clamped_eg":
+        if name in ("add_clamped_eg", "add_winnable_eg"):
             eg, x = P[pin[0]][:, 1], V[vin[0]]
+            if name == "add_winnable_eg":
+                x = np.where(eg > 0, x, -x)
             branch = np.where(eg == 0, 0, np.where(((eg > 0) & (eg + x > 0)) |
                                                    ((eg < 0) & (eg + x < 0)), 1, 2))
+            if np.any(branch != branch[0]):
+                return False
+        if name == "eg_scale_by_sign":
+            branch = P[pin[0]][:, 1] > 0
             if np.any(branch != branch[0]):
                 return False
     return all(np.all(np.isfinite(x)) for x in V) and all(np.all(np.isfinite(x)) for x in P)
 
 
 def tape_param_grads(g):
-    t = g.tape
-    return np.concatenate([t.val_grad[:N_VP], t.pair_grad[:N_PP].reshape(-1)])
+    a = g.tape.arena
+    return np.concatenate([a.val_grad[:N_VP], a.pair_grad[:N_PP].reshape(-1)])
 
 
 def used(g):
-    return int(g.tape.counts[C_VALUES]), int(g.tape.counts[C_PAIRS])
+    return int(g.tape.rec.counts[C_VALUES]), int(g.tape.rec.counts[C_PAIRS])
 
 
 @st.composite
@@ -347,7 +394,7 @@ def describe(steps, seed):
 def test_random_graph_values_and_gradients(plan):
     steps, vparams, pparams, seed = plan
     g, V, P = record_plan(steps, vparams, pparams)
-    assert 50 <= g.tape.counts[C_RECORDS] == len([s for s in steps if not s[0].startswith("leaf")])
+    assert 50 <= g.tape.rec.counts[C_RECORDS] == len(steps)  # leaves are records too
     # Forward: every node against the reference.
     RV, RP = evaluate(steps, vparams[None, :], pparams[None, :, :])
     got_v = np.array([h.value for h in V])
@@ -366,10 +413,10 @@ def test_random_graph_values_and_gradients(plan):
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8 * scale, err_msg=what)
     # Backward twice: temporaries identical, parameters doubled (up to accumulation rounding).
     nv, npair = used(g)
-    tv, tp = g.tape.val_grad[N_VP:nv].copy(), g.tape.pair_grad[N_PP:npair].copy()
+    tv, tp = g.tape.arena.val_grad[N_VP:nv].copy(), g.tape.arena.pair_grad[N_PP:npair].copy()
     g.backward(V[-1])
-    np.testing.assert_array_equal(g.tape.val_grad[N_VP:nv], tv, err_msg=what)
-    np.testing.assert_array_equal(g.tape.pair_grad[N_PP:npair], tp, err_msg=what)
+    np.testing.assert_array_equal(g.tape.arena.val_grad[N_VP:nv], tv, err_msg=what)
+    np.testing.assert_array_equal(g.tape.arena.pair_grad[N_PP:npair], tp, err_msg=what)
     np.testing.assert_allclose(tape_param_grads(g), 2 * grad, rtol=1e-12, atol=1e-14 * scale,
                                err_msg=what)
 
@@ -384,19 +431,32 @@ def test_random_graph_replay_equals_rerecording(plan, seed2):
     for scale in (1e-2, 1.0):  # a small move (same branches) and an arbitrary one
         new_v = vparams + scale * rng.uniform(-1, 1, N_VP)
         new_p = pparams + scale * rng.uniform(-1, 1, (N_PP, 2))
-        g.tape.val[:N_VP] = new_v
-        g.tape.pair_val[:N_PP] = new_p
+        g.tape.arena.val[:N_VP] = new_v
+        g.tape.arena.pair_val[:N_PP] = new_p
         g.forward()
         fresh, FV, _ = record_plan(steps, new_v, new_p)
         nv, npair = used(g)
         assert (nv, npair) == used(fresh)
-        np.testing.assert_array_equal(g.tape.val[:nv], fresh.tape.val[:nv], err_msg=what)
-        np.testing.assert_array_equal(g.tape.pair_val[:npair], fresh.tape.pair_val[:npair],
-                                      err_msg=what)
+        a, f = g.tape.arena, fresh.tape.arena
+        np.testing.assert_array_equal(a.val[:nv], f.val[:nv], err_msg=what)
+        np.testing.assert_array_equal(a.pair_val[:npair], f.pair_val[:npair], err_msg=what)
         g.zero_grad()
         g.backward(V[-1])
         fresh.backward(FV[-1])
-        np.testing.assert_array_equal(g.tape.val_grad[:nv], fresh.tape.val_grad[:nv],
-                                      err_msg=what)
-        np.testing.assert_array_equal(g.tape.pair_grad[:npair], fresh.tape.pair_grad[:npair],
-                                      err_msg=what)
+        np.testing.assert_array_equal(a.val_grad[:nv], f.val_grad[:nv], err_msg=what)
+        np.testing.assert_array_equal(a.pair_grad[:npair], f.pair_grad[:npair], err_msg=what)
+
+
+def test_generator_covers_every_form():
+    """The generator reaches every form of the op table (the union over a few seeds, since an op
+    outside its safe domain is replaced), so the tests above sweep every form."""
+    forms = set()
+    for seed in range(5):
+        prng = np.random.default_rng(seed)
+        vparams, pparams = prng.uniform(-1.5, 1.5, N_VP), prng.uniform(-1.5, 1.5, (N_PP, 2))
+        codes = list(range(len(OPS))) * 4
+        g, _, _ = record_plan(make_plan(codes, seed, vparams, pparams), vparams, pparams)
+        rec = g.tape.rec
+        forms |= {int(t) >> ops.KERNEL_BITS for t in rec.op[: rec.counts[C_RECORDS]]}
+    assert forms == set(range(ops.N_FORMS)), [ops.FORM_NAMES[f] for f in
+                                              set(range(ops.N_FORMS)) - forms]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.tape import (TapeFullError, capacity, grow, lin_add, lin_clear, lin_record_pair,
-                        new_accumulator, new_tape, reset)
+from tuner.tape import (TapeFullError, backward, capacity, grow, lin_add, lin_clear,
+                        lin_record_pair, new_accumulator, new_tape, reset)
 from tuner.tape import ops
-from tuner.tape.arena import C_OPERANDS, C_RECORDS
+from tuner.tape.recording import C_OPERANDS, C_RECORDS
 
 N = 12  # parameter pairs
 
@@ -16,15 +16,15 @@ N = 12  # parameter pairs
 def param_tape(rng=None, **sizes):
     t = new_tape(0, N, **sizes)
     rng = rng or np.random.default_rng(0)
-    t.pair_val[:N] = rng.uniform(-2, 2, (N, 2))
+    t.arena.pair_val[:N] = rng.uniform(-2, 2, (N, 2))
     return t
 
 
 def operands_of_last_record(t):
-    r = int(t.counts[C_RECORDS]) - 1
-    assert ops.tag_name(int(t.op[r])) == "lincomb_pair"
-    lo, n = int(t.lhs[r]), int(t.rhs[r])
-    return list(t.opnd_index[lo: lo + n]), list(t.opnd_coef[lo: lo + n])
+    r = int(t.rec.counts[C_RECORDS]) - 1
+    assert ops.tag_name(int(t.rec.op[r])) == "lincomb_pair"
+    lo, n = int(t.rec.lhs[r]), int(t.rec.rhs[r])
+    return list(t.rec.opnd_index[lo: lo + n]), list(t.rec.opnd_coef[lo: lo + n])
 
 
 def assert_empty(acc):
@@ -45,7 +45,8 @@ def test_duplicates_are_merged():
     o = lin_record_pair(t, acc)
     idx, coef = operands_of_last_record(t)
     assert idx == [3, 5] and coef == [7.0, -1.0]
-    np.testing.assert_allclose(t.pair_val[o], 7 * t.pair_val[3] - t.pair_val[5], rtol=1e-15)
+    pv = t.arena.pair_val
+    np.testing.assert_allclose(pv[o], 7 * pv[3] - pv[5], rtol=1e-15)
 
 
 def test_zero_coefficients_are_dropped():
@@ -60,8 +61,9 @@ def test_zero_coefficients_are_dropped():
     o = lin_record_pair(t, acc)
     idx, coef = operands_of_last_record(t)
     assert idx == [7, 4] and coef == [3.0, -2.0]
-    assert t.counts[C_OPERANDS] == 2
-    np.testing.assert_allclose(t.pair_val[o], 3 * t.pair_val[7] - 2 * t.pair_val[4], rtol=1e-15)
+    assert t.rec.counts[C_OPERANDS] == 2
+    pv = t.arena.pair_val
+    np.testing.assert_allclose(pv[o], 3 * pv[7] - 2 * pv[4], rtol=1e-15)
     assert_empty(acc)
 
 
@@ -72,10 +74,10 @@ def test_all_terms_cancel_records_a_zero_pair():
     t = param_tape()
     o = lin_record_pair(t, acc)
     assert operands_of_last_record(t) == ([], [])
-    np.testing.assert_array_equal(t.pair_val[o], [0.0, 0.0])
+    np.testing.assert_array_equal(t.arena.pair_val[o], [0.0, 0.0])
     v = ops.record_phase(t, o, 0.5)
-    ops.backward(t, v)
-    assert not np.any(t.pair_grad[:N])
+    backward(t, v)
+    assert not np.any(t.arena.pair_grad[:N])
 
 
 def test_random_terms_value_and_gradient():
@@ -96,19 +98,20 @@ def test_random_terms_value_and_gradient():
             dense[j] = 0
         alpha = float(rng.uniform(0, 1))
         reset(t)
-        t.pair_grad[:N] = 0.0
+        t.arena.pair_grad[:N] = 0.0
         o = lin_record_pair(t, acc)
         assert_empty(acc)
         idx, coef = operands_of_last_record(t)
         nz = np.flatnonzero(dense)
         assert sorted(idx) == sorted(nz.tolist())       # each non-zero index exactly once
         assert all(dense[i] == c for i, c in zip(idx, coef))
-        expected = (dense[:, None] * t.pair_val[:N]).sum(axis=0)
-        np.testing.assert_allclose(t.pair_val[o], expected, rtol=1e-13, atol=1e-13)
+        expected = (dense[:, None] * t.arena.pair_val[:N]).sum(axis=0)
+        np.testing.assert_allclose(t.arena.pair_val[o], expected, rtol=1e-13, atol=1e-13)
         v = ops.record_phase(t, o, alpha)
-        ops.backward(t, v)
-        np.testing.assert_allclose(t.pair_grad[:N, 0], dense * alpha, rtol=1e-15, atol=0)
-        np.testing.assert_allclose(t.pair_grad[:N, 1], dense * (1 - alpha), rtol=1e-15, atol=0)
+        backward(t, v)
+        np.testing.assert_allclose(t.arena.pair_grad[:N, 0], dense * alpha, rtol=1e-15, atol=0)
+        np.testing.assert_allclose(t.arena.pair_grad[:N, 1], dense * (1 - alpha), rtol=1e-15,
+                                   atol=0)
 
 
 def test_cleared_after_recording_and_reusable():
@@ -121,8 +124,9 @@ def test_cleared_after_recording_and_reusable():
     lin_add(acc, 6, -1)  # a fresh start: index 6 is not merged with the recorded +1
     second = lin_record_pair(t, acc)
     assert operands_of_last_record(t) == ([6], [-1.0])
-    np.testing.assert_array_equal(t.pair_val[second], -t.pair_val[6])
-    np.testing.assert_allclose(t.pair_val[first], 2 * t.pair_val[4] + t.pair_val[6])
+    np.testing.assert_array_equal(t.arena.pair_val[second], -t.arena.pair_val[6])
+    pv = t.arena.pair_val
+    np.testing.assert_allclose(pv[first], 2 * pv[4] + pv[6])
 
 
 def test_lin_clear():
@@ -162,7 +166,7 @@ def test_overflow_raises_and_the_record_can_be_retried_after_grow(which, sizes):
     t = param_tape(**sizes)
     if which == "records":
         ops.record_pair_neg(t, 0)  # the only record slot is taken
-    n_records = int(t.counts[C_RECORDS])
+    n_records = int(t.rec.counts[C_RECORDS])
     acc = new_accumulator(N)
     _terms(acc)
     with pytest.raises(TapeFullError):
@@ -173,8 +177,8 @@ def test_overflow_raises_and_the_record_can_be_retried_after_grow(which, sizes):
     assert cap["records"] == n_records
     t = grow(t)
     o = lin_record_pair(t, acc)
-    expected = 3 * t.pair_val[1] - t.pair_val[3] + 4 * t.pair_val[5]
-    np.testing.assert_allclose(t.pair_val[o], expected, rtol=1e-15,
+    expected = 3 * t.arena.pair_val[1] - t.arena.pair_val[3] + 4 * t.arena.pair_val[5]
+    np.testing.assert_allclose(t.arena.pair_val[o], expected, rtol=1e-15,
                                err_msg="terms lost by the failed lin_record_pair")
     assert_empty(acc)
 
@@ -192,5 +196,5 @@ def test_overflow_then_clear_and_rerecord():
     reset(t)
     _terms(acc)
     o = lin_record_pair(t, acc)
-    np.testing.assert_allclose(t.pair_val[o],
-                               3 * t.pair_val[1] - t.pair_val[3] + 4 * t.pair_val[5], rtol=1e-15)
+    pv = t.arena.pair_val
+    np.testing.assert_allclose(pv[o], 3 * pv[1] - pv[3] + 4 * pv[5], rtol=1e-15)

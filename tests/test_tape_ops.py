@@ -18,9 +18,9 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pytest
 
-from tuner.tape import Graph, Value
+from tuner.tape import Graph, Pair, Value, backward, forward, new_tape
 from tuner.tape import ops
-from tuner.tape.arena import C_RECORDS
+from tuner.tape.recording import C_RECORDS
 
 POINTS = 50          # random points per op (parameter inputs)
 LEAF_POINTS = 10     # random points per op (leaf inputs)
@@ -110,6 +110,72 @@ def clamped_jac(v, p, c):
     eg, x = p[0, 1], v[0]
     keeps = (eg > 0 and eg + x > 0) or (eg < 0 and eg + x < 0)
     return np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0] if keeps else [0.0, 0.0, 0.0]])
+
+
+# add_winnable_eg: w = v if eg > 0 else -v, then the clamped add of eg + w; the same four cases.
+def winnable_sample(eg_sign, crosses):
+    def sample(rng):
+        mg = U(rng, -3, 3)
+        eg = eg_sign * U(rng, 0.05, 3)
+        target = (-eg_sign if crosses else eg_sign) * U(rng, 0.05, 3)  # eg + w
+        return [eg_sign * (target - eg)], [(mg, eg)], {}
+    return sample
+
+
+def winnable_ref(v, p, c):
+    eg, x = p[0, 1], v[0]
+    if eg == 0.0:
+        return (p[0, 0], eg)
+    w = x if eg > 0 else -x
+    keeps = (eg > 0 and eg + w > 0) or (eg < 0 and eg + w < 0)
+    return (p[0, 0], eg + w if keeps else 0.0)
+
+
+def winnable_jac(v, p, c):
+    """Rows (mg, eg), columns (v, mg, eg): v gets the sign of eg, and only when unclamped."""
+    eg, x = p[0, 1], v[0]
+    if eg == 0.0:
+        return np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    w = x if eg > 0 else -x
+    keeps = (eg > 0 and eg + w > 0) or (eg < 0 and eg + w < 0)
+    return np.array([[0.0, 1.0, 0.0], [np.sign(eg), 0.0, 1.0] if keeps else [0.0, 0.0, 0.0]])
+
+
+def record_winnable(g, V, P, c):
+    return Pair(g, ops.record_add_winnable_eg(g.tape, P[0].index, V[0].index))
+
+
+# eg_scale_by_sign: (mg, eg * (s_pos if eg > 0 else s_nonpos)); eg 0.05 away from the kink.
+def by_sign_sample(eg_sign):
+    def sample(rng):
+        return [], [(U(rng, -3, 3), eg_sign * U(rng, 0.05, 3))], {
+            "s_pos": U(rng, 0, 2), "s_nonpos": U(rng, 0, 2)}
+    return sample
+
+
+def by_sign_factor(eg, c):
+    return c["s_pos"] if eg > 0 else c["s_nonpos"]
+
+
+def by_sign_ref(v, p, c):
+    return np.array([p[0, 0], p[0, 1] * by_sign_factor(p[0, 1], c)])
+
+
+def by_sign_jac(v, p, c):
+    return np.array([[1.0, 0.0], [0.0, by_sign_factor(p[0, 1], c)]])
+
+
+def record_by_sign(g, V, P, c):
+    return Pair(g, ops.record_eg_scale_by_sign(g.tape, P[0].index, c["s_pos"], c["s_nonpos"]))
+
+
+def sq_err_ref(v, p, c):
+    return (sig(c["k"] * v[0]) - c["y"]) ** 2
+
+
+def sq_err_jac(v, p, c):
+    s = sig(c["k"] * v[0])
+    return np.array([[2.0 * (s - c["y"]) * s * (1.0 - s) * c["k"]]])
 
 
 def nary_indices(rng, n):
@@ -208,9 +274,34 @@ CASES = [
          lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
     Case("add_clamped_eg_neg_clamped", ("add_clamped_eg",), clamped_sample(-1, True),
          lambda g, V, P, c: P[0].add_clamped_eg(V[0]), clamped_ref, clamped_jac),
+    Case("add_winnable_eg_pos_keeps", ("add_winnable_eg",), winnable_sample(+1, False),
+         record_winnable, winnable_ref, winnable_jac),
+    Case("add_winnable_eg_pos_clamped", ("add_winnable_eg",), winnable_sample(+1, True),
+         record_winnable, winnable_ref, winnable_jac),
+    Case("add_winnable_eg_neg_keeps", ("add_winnable_eg",), winnable_sample(-1, False),
+         record_winnable, winnable_ref, winnable_jac),
+    Case("add_winnable_eg_neg_clamped", ("add_winnable_eg",), winnable_sample(-1, True),
+         record_winnable, winnable_ref, winnable_jac),
+    Case("eg_scale_by_sign_pos", ("eg_scale_by_sign",), by_sign_sample(+1), record_by_sign,
+         by_sign_ref, by_sign_jac),
+    Case("eg_scale_by_sign_neg", ("eg_scale_by_sign",), by_sign_sample(-1), record_by_sign,
+         by_sign_ref, by_sign_jac),
     Case("phase", ("phase",), with_const(io(0, 1), alpha=lambda r: U(r, 0, 1)),
          lambda g, V, P, c: P[0].phase(c["alpha"]),
          lambda v, p, c: c["alpha"] * p[0, 0] + (1 - c["alpha"]) * p[0, 1]),
+    Case("sigmoid_sq_err", ("sigmoid_sq_err",),
+         with_const(vals(lambda r: U(r, -6, 6)), k=lambda r: away(r, 0.2, 2),
+                    y=lambda r: float(r.choice([0.0, 0.5, 1.0, U(r, 0, 1)]))),
+         lambda g, V, P, c: Value(g, ops.record_sigmoid_sq_err(g.tape, V[0].index, c["k"], c["y"])),
+         sq_err_ref, sq_err_jac),
+    # Constant leaves (a record each): their value enters the product, they take no input.
+    Case("const", ("const", "vv:mul"), with_const(io(1), x=std),
+         lambda g, V, P, c: V[0] * g.value(c["x"]), lambda v, p, c: v[0] * c["x"],
+         lambda v, p, c: np.array([[c["x"]]])),
+    Case("const_pair", ("const_pair", "pp:mul"), with_const(io(0, 1), mg=std, eg=std),
+         lambda g, V, P, c: P[0] * g.pair(c["mg"], c["eg"]),
+         lambda v, p, c: p[0] * np.array([c["mg"], c["eg"]]),
+         lambda v, p, c: np.diag([c["mg"], c["eg"]])),
     # N-ary ops (repeated operands included).
     Case("sum", ("sum",), nary_sample(4, 0), lambda g, V, P, c: g.sum([V[i] for i in c["idx"]]),
          lambda v, p, c: math.fsum(v[i] for i in c["idx"]),
@@ -230,6 +321,7 @@ TABLE_OPS = {  # every public recorder of the op table must be exercised above
     "pair_mul", "pair_neg", "pair_sigmoid", "pair_mul_scalar", "pair_div_scalar",
     "scalar_div_pair", "pair_mul_value", "value_mul_pair", "pair_div_value", "value_div_pair",
     "eg_scale", "add_clamped_eg", "phase", "sum", "lincomb_pair", "lincomb_value",
+    "add_winnable_eg", "eg_scale_by_sign", "const", "const_pair", "sigmoid_sq_err",
 }
 
 
@@ -256,8 +348,8 @@ def record(case, v, p, c, leaves=False):
         P = [g.pair(mg, eg) for mg, eg in p]
     else:
         g = Graph(len(v), len(p), records=256)
-        g.tape.val[: len(v)] = v
-        g.tape.pair_val[: len(p)] = p
+        g.tape.arena.val[: len(v)] = v
+        g.tape.arena.pair_val[: len(p)] = p
         V = [g.value_param(i) for i in range(len(v))]
         P = [g.pair_param(i) for i in range(len(p))]
     out = case.build(g, V, P, c)
@@ -269,14 +361,15 @@ def outputs(out):
 
 
 def tags_of(g):
-    t = g.tape
-    return tuple(ops.tag_name(int(t.op[r])) for r in range(int(t.counts[C_RECORDS])))
+    rec = g.tape.rec
+    return tuple(ops.tag_name(int(rec.op[r])) for r in range(int(rec.counts[C_RECORDS])))
 
 
 def tape_jacobian(case, v, p, c, leaves=False):
     """Output and Jacobian (n_out, n_in) by backward; inputs ordered values, then (mg, eg) pairs."""
     g, V, P, out = record(case, v, p, c, leaves)
-    assert tags_of(g) == case.tags
+    leaf_tags = ("const",) * len(V) + ("const_pair",) * len(P) if leaves else ()
+    assert tags_of(g) == leaf_tags + case.tags  # leaves are records too
     heads = [out] if isinstance(out, Value) else [out.phase(1.0), out.phase(0.0)]
     rows = []
     for head in heads:
@@ -394,6 +487,187 @@ def test_add_clamped_eg_sign_is_never_flipped():
 
 
 # ------------------------------------------------------------------------------------------------
+# add_winnable_eg and eg_scale_by_sign at and next to their kinks.
+# ------------------------------------------------------------------------------------------------
+
+WINNABLE = next(c for c in CASES if c.name == "add_winnable_eg_pos_keeps")
+BY_SIGN = next(c for c in CASES if c.name == "eg_scale_by_sign_pos")
+
+
+def test_add_winnable_eg_zero_eg_is_unchanged():
+    """eg == 0 stays 0 (its sign too) whatever v is; its gradient passes to eg, not to v."""
+    rng = np.random.default_rng(13)
+    for _ in range(POINTS):
+        mg, x = U(rng, -3, 3), away(rng, 0.01, 3)
+        for eg in (0.0, -0.0):
+            what = f"mg={mg} eg={eg} v={x}"
+            out, jac = tape_jacobian(WINNABLE, [x], [(mg, eg)], {})
+            assert out[0] == mg and out[1] == 0.0, what
+            assert math.copysign(1.0, out[1]) == math.copysign(1.0, eg), what
+            np.testing.assert_array_equal(jac, [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], err_msg=what)
+            fd = fd_jacobian(WINNABLE, [x], [(mg, eg)], {}, skip=(2,))
+            assert_grad_close(jac, fd, out, what)
+
+
+@pytest.mark.parametrize("eg", [1.5, -1.5, 2.0 ** -30, -(2.0 ** -30)])
+def test_add_winnable_eg_exactly_reaching_zero(eg):
+    """eg + w == 0 (v = -|eg|) is clamped, and both branches agree there (continuity)."""
+    x = -abs(eg)
+    out, jac = tape_jacobian(WINNABLE, [x], [(0.25, eg)], {})
+    assert out[0] == 0.25 and out[1] == 0.0
+    np.testing.assert_array_equal(jac, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    for side in (1e-9, -1e-9):
+        out_s, _ = tape_jacobian(WINNABLE, [x + side * abs(eg)], [(0.25, eg)], {})
+        assert abs(out_s[1]) <= 1e-9 * abs(eg) * 1.0001
+
+
+def test_add_winnable_eg_moves_away_from_zero_for_either_side():
+    """A positive v pulls eg away from 0 for the side ahead (either sign), a negative one towards
+    0, never across it."""
+    rng = np.random.default_rng(17)
+    for _ in range(200):
+        eg, x = away(rng, 0.01, 3), U(rng, -6, 6)
+        out, _ = tape_jacobian(WINNABLE, [x], [(0.0, eg)], {})
+        assert out[1] * eg >= 0.0, (eg, x, out)
+        if x > 0:
+            assert abs(out[1]) == pytest.approx(abs(eg) + x, rel=1e-15), (eg, x, out)
+        else:
+            assert abs(out[1]) == pytest.approx(max(0.0, abs(eg) + x), rel=1e-15, abs=1e-15)
+
+
+def test_eg_scale_by_sign_zero_eg_takes_the_nonpositive_scale():
+    """eg == 0 (or -0.0) is not > 0: it is scaled (and its gradient too) by s_nonpos."""
+    rng = np.random.default_rng(19)
+    for _ in range(POINTS):
+        mg = U(rng, -3, 3)
+        c = {"s_pos": U(rng, 0.1, 2), "s_nonpos": U(rng, 0.1, 2)}
+        for eg in (0.0, -0.0):
+            what = f"mg={mg} eg={eg} c={c}"
+            out, jac = tape_jacobian(BY_SIGN, [], [(mg, eg)], c)
+            assert out[0] == mg and out[1] == 0.0, what
+            assert math.copysign(1.0, out[1]) == math.copysign(1.0, eg), what
+            np.testing.assert_array_equal(jac, [[1.0, 0.0], [0.0, c["s_nonpos"]]], err_msg=what)
+            fd = fd_jacobian(BY_SIGN, [], [(mg, eg)], c, skip=(1,))
+            assert_grad_close(jac, fd, out, what)
+    # Scales of opposite signs: the sign of the zero shows which one the forward sweep took.
+    for s_pos, s_nonpos in ((0.5, -0.5), (-0.5, 0.5)):
+        c = {"s_pos": s_pos, "s_nonpos": s_nonpos}
+        for eg in (0.0, -0.0):
+            out, _ = tape_jacobian(BY_SIGN, [], [(1.0, eg)], c)
+            assert math.copysign(1.0, out[1]) == math.copysign(1.0, eg * s_nonpos), (c, eg)
+
+
+def test_eg_scale_by_sign_uses_both_scalars_of_the_record():
+    g = Graph(0, 1)
+    t = g.tape
+    o = ops.record_eg_scale_by_sign(t, 0, 0.75, 0.25)
+    np.testing.assert_array_equal(t.rec.scalar[0], [0.75, 0.25])
+    y = g.pair_param(0).phase(0.0)  # (a value to sweep to)
+    for eg, factor in ((2.0, 0.75), (-2.0, 0.25), (1e-300, 0.75), (-1e-300, 0.25)):
+        t.arena.pair_val[0] = (1.0, eg)
+        forward(t)  # the branch is decided again at every sweep
+        np.testing.assert_array_equal(t.arena.pair_val[o], [1.0, eg * factor])
+        assert y.value == eg
+
+
+# ------------------------------------------------------------------------------------------------
+# Constant leaves: records with a value and no gradient path.
+# ------------------------------------------------------------------------------------------------
+
+def test_constants_hold_their_value_and_pass_no_gradient():
+    rng = np.random.default_rng(23)
+    for _ in range(LEAF_POINTS):
+        x, mg, eg = U(rng, -3, 3), U(rng, -3, 3), U(rng, -3, 3)
+        g = Graph(1, 1)
+        g.tape.arena.val[0] = U(rng, -3, 3)
+        g.tape.arena.pair_val[0] = (U(rng, -3, 3), U(rng, -3, 3))
+        k, q = g.value(x), g.pair(mg, eg)
+        assert tags_of(g) == ("const", "const_pair")
+        np.testing.assert_array_equal(g.tape.rec.scalar[:2], [[x, 0.0], [mg, eg]])
+        assert k.value == x
+        np.testing.assert_array_equal(q.value, [mg, eg])
+        y = q.phase(0.3) + k * k
+        g.backward(y)
+        assert k.grad == 2.0 * x  # the leaf's own slot gets its gradient ...
+        np.testing.assert_array_equal(q.grad, [0.3, 0.7])
+        assert g.tape.arena.val_grad[0] == 0.0  # ... and passes none on
+        np.testing.assert_array_equal(g.tape.arena.pair_grad[0], [0.0, 0.0])
+        # A sweep recomputes the leaves (a clobbered slot is rewritten), whatever the parameters.
+        before = y.value
+        g.tape.arena.val[k.index] = np.nan
+        g.tape.arena.pair_val[q.index] = np.nan
+        g.tape.arena.val[0] += 1.0
+        g.tape.arena.pair_val[0] -= 1.0
+        g.forward()
+        assert k.value == x and y.value == before
+        np.testing.assert_array_equal(q.value, [mg, eg])
+
+
+# ------------------------------------------------------------------------------------------------
+# Tags.
+# ------------------------------------------------------------------------------------------------
+
+def test_every_valid_tag_round_trips():
+    valid = np.flatnonzero(ops.VALID_TAG)
+    kernels = {ops.KS_NONE: (0,), ops.KS_BINARY: ops.BINARY_KERNELS,
+               ops.KS_UNARY: ops.UNARY_KERNELS}
+    assert len(valid) == sum(len(kernels[row[6]]) for row in ops.FORM_TABLE)
+    names = set()
+    for t in valid:
+        form, k = int(t) >> ops.KERNEL_BITS, int(t) & ((1 << ops.KERNEL_BITS) - 1)
+        row = ops.FORM_TABLE[form]
+        assert k in kernels[row[6]]
+        assert ops.tag(form, k) == t
+        name = ops.tag_name(int(t))
+        assert name == row[0] + (":" + ops.KERNEL_NAMES[k] if row[6] != ops.KS_NONE else "")
+        names.add(name)
+    assert len(names) == len(valid)
+    # Every form is reachable.
+    assert {int(t) >> ops.KERNEL_BITS for t in valid} == set(range(ops.N_FORMS))
+
+
+def test_forms_beyond_sixteen_are_representable():
+    """The old u8 tag (form << 4 | kernel) wrapped the 17th form to form 0; u16 tags do not."""
+    assert ops.N_FORMS > 16 and ops.F_EG_SCALE_BY_SIGN >= 16 and ops.F_CONST_PAIR >= 16
+    t = ops.tag(ops.F_EG_SCALE_BY_SIGN)
+    assert t >> ops.KERNEL_BITS == ops.F_EG_SCALE_BY_SIGN
+    assert ops.tag_name(t) == "eg_scale_by_sign"
+    largest = ops.tag(ops.N_FORMS - 1, (1 << ops.KERNEL_BITS) - 1)
+    tape = new_tape(0, 1, records=4)
+    assert tape.rec.op.dtype == np.uint16 and largest <= np.iinfo(tape.rec.op.dtype).max
+    ops.record_eg_scale_by_sign(tape, 0, 0.5, 2.0)
+    ops.record_const_pair(tape, 1.0, 2.0)
+    stored = [int(x) for x in tape.rec.op[:2]]
+    assert stored == [t, ops.tag(ops.F_CONST_PAIR)]
+    assert [x >> ops.KERNEL_BITS for x in stored] == [ops.F_EG_SCALE_BY_SIGN, ops.F_CONST_PAIR]
+    assert [ops.tag_name(x) for x in stored] == ["eg_scale_by_sign", "const_pair"]
+
+
+@pytest.mark.parametrize("t", [
+    ops.tag(ops.F_VV, ops.K_EXP),        # a binary form with a unary kernel
+    ops.tag(ops.F_V, ops.K_ADD),         # a unary form with a binary kernel
+    ops.tag(ops.F_PHASE, 1),             # a kernel-less form with a kernel
+    ops.tag(ops.F_VV, 15),               # no such kernel
+    ops.tag(ops.N_FORMS),                # no such form
+    ops.tag(ops.N_FORMS - 1, 1),
+    0xFFFF, -1,
+])
+def test_tag_name_of_an_invalid_tag_raises(t):
+    assert not (0 <= t < len(ops.VALID_TAG) and ops.VALID_TAG[t])
+    with pytest.raises(ValueError, match=f"unknown record tag {t}"):
+        ops.tag_name(t)
+
+
+def test_invalid_tags_are_exactly_the_unmarked_ones():
+    for t in range(len(ops.VALID_TAG)):
+        if ops.VALID_TAG[t]:
+            ops.tag_name(t)
+        else:
+            with pytest.raises(ValueError):
+                ops.tag_name(t)
+
+
+# ------------------------------------------------------------------------------------------------
 # Sigmoid at large |x|.
 # ------------------------------------------------------------------------------------------------
 
@@ -420,18 +694,18 @@ def test_sigmoid_large_arguments(x):
     for form in ("value", "pair"):
         g = Graph(1, 1)
         if form == "value":
-            g.tape.val[0] = x
+            g.tape.arena.val[0] = x
             h = g.value_param(0).sigmoid()
             val = h.value
         else:
-            g.tape.pair_val[0] = (x, -x)
+            g.tape.arena.pair_val[0] = (x, -x)
             h = g.pair_param(0).sigmoid()
             val = h.value[0]
             ref_eg = _sigmoid_decimal(-x)[0]
             assert abs(h.value[1] - ref_eg) <= 4 * math.ulp(ref_eg)
             h = h.phase(1.0)
         g.backward(h)
-        grad = g.tape.val_grad[0] if form == "value" else g.tape.pair_grad[0, 0]
+        grad = g.tape.arena.val_grad[0] if form == "value" else g.tape.arena.pair_grad[0, 0]
         assert math.isfinite(val) and 0.0 <= val <= 1.0
         assert abs(val - ref) <= 4 * math.ulp(ref), (form, val, ref)
         assert math.isfinite(grad) and 0.0 <= grad <= 0.25
@@ -447,21 +721,29 @@ def test_sigmoid_large_arguments(x):
 
 def test_sum_ignores_coefficients_and_empty_nary_records_are_zero():
     g = Graph(2, 1)
-    g.tape.val[:2] = (1.5, -4.0)
-    g.tape.pair_val[0] = (2.0, 3.0)
+    g.tape.arena.val[:2] = (1.5, -4.0)
+    g.tape.arena.pair_val[0] = (2.0, 3.0)
     t = g.tape
     first = ops.operand_mark(t)
     ops.push_operand(t, 0, 7.0)
     ops.push_operand(t, 1, -3.0)
     s = ops.record_sum(t, first)
-    assert t.val[s] == -2.5
-    ops.backward(t, s)
-    np.testing.assert_array_equal(t.val_grad[:2], [1.0, 1.0])
+    assert t.arena.val[s] == -2.5
+    backward(t, s)
+    np.testing.assert_array_equal(t.arena.val_grad[:2], [1.0, 1.0])
+    empty = []
     for rec in (ops.record_sum, ops.record_lincomb_value):
-        o = rec(t, ops.operand_mark(t))
-        assert t.val[o] == 0.0
+        empty.append(rec(t, ops.operand_mark(t)))
+        assert t.arena.val[empty[-1]] == 0.0
     o = ops.record_lincomb_pair(t, ops.operand_mark(t))
-    np.testing.assert_array_equal(t.pair_val[o], [0.0, 0.0])
+    np.testing.assert_array_equal(t.arena.pair_val[o], [0.0, 0.0])
+    # ... and are zero again when the tape is swept (the sweeps go through the player).
+    t.arena.val[empty] = np.nan
+    t.arena.pair_val[o] = np.nan
+    forward(t)
+    assert t.arena.val[s] == -2.5
+    np.testing.assert_array_equal(t.arena.val[empty], [0.0, 0.0])
+    np.testing.assert_array_equal(t.arena.pair_val[o], [0.0, 0.0])
 
 
 def test_pow_of_integer_exponent_and_zero_base_forward():
@@ -470,11 +752,11 @@ def test_pow_of_integer_exponent_and_zero_base_forward():
     for a in (0.0, -2.0, 3.0):
         g.reset()
         g.zero_grad()
-        g.tape.val[0] = a
+        g.tape.arena.val[0] = a
         y = g.value_param(0) ** 2.0
         g.backward(y)
         assert y.value == a * a
-        assert g.tape.val_grad[0] == 2.0 * a
+        assert g.tape.arena.val_grad[0] == 2.0 * a
 
 
 def test_output_seed_on_a_parameter():
@@ -482,4 +764,4 @@ def test_output_seed_on_a_parameter():
     g = Graph(2, 0)
     x = g.value_param(1)
     g.backward(x)
-    np.testing.assert_array_equal(g.tape.val_grad[:2], [0.0, 1.0])
+    np.testing.assert_array_equal(g.tape.arena.val_grad[:2], [0.0, 1.0])

@@ -11,7 +11,9 @@ What is asserted, case by case:
 * 10^6 random values at various scales (condition number up to ~10^13): within 1 ulp of fsum (in
   practice equal);
 * beyond double-double conditioning (condition number ~10^17, or CPython's msum test vector):
-  within Neumaier's error bound ``2u|S| + 4 n u^2 sum|x|``, orders of magnitude better than naive.
+  within Neumaier's error bound ``2u|S| + 4 n u^2 sum|x|``, orders of magnitude better than naive;
+* the gradient: 1 for every operand, up to the largest operand count a sweep takes (a store keeps
+  n-ary counts as u16: one more operand is refused by name, never swept wrongly).
 
 A plain left-to-right sum is shown to differ from fsum on the same inputs, so the comparison can
 tell a compensated sum from a naive one.
@@ -23,9 +25,10 @@ import math
 import numpy as np
 import pytest
 
-from tuner.tape import Graph, new_tape
-from tuner.tape.arena import C_OPERANDS, C_VALUES
-from tuner.tape.ops import backward, record_sum
+from tuner.tape import FreezeError, Graph, backward, forward, new_tape
+from tuner.tape.player import MAX_NARY
+from tuner.tape.recording import C_OPERANDS
+from tuner.tape.ops import record_sum
 
 U = 2.0 ** -53  # unit roundoff
 
@@ -33,27 +36,28 @@ U = 2.0 ** -53  # unit roundoff
 def tape_sum_graph(xs):
     """The sum record through the public front end (leaves + Graph.sum)."""
     g = Graph(0, 0, records=4)
-    g.tape = new_tape(0, 0, records=4, values=len(xs) + 4, operands=len(xs) + 4)
+    g.tape = new_tape(0, 0, records=len(xs) + 4, operands=len(xs) + 4)  # a leaf is a record
     return g.sum([g.value(x) for x in xs]).value
 
 
 def tape_sum_bulk(xs):
-    """The sum record over n leaves, the leaves and operands written straight into the arena.
+    """The sum record over n value parameters, their values and the operands written straight
+    into the tape.
 
-    Equivalent to n `new_value` + `push_operand` calls (the documented layout: leaves in the value
-    arena, operand i -> value slot i), without 10^6 Python -> Numba calls.
+    Equivalent to n `push_operand` calls over parameters 0..n-1 (the documented layout: operand
+    i -> value slot i), without 10^6 Python -> Numba calls. (Parameters, not leaves: a leaf is a
+    `const` record, and an operand slot that no record writes is not a parameter cannot be swept.)
     """
     xs = np.asarray(xs, dtype=np.float64)
     n = len(xs)
-    t = new_tape(0, 0, records=1, values=n + 1, operands=n)
-    t.val[:n] = xs
-    t.counts[C_VALUES] = n
-    t.opnd_index[:n] = np.arange(n, dtype=np.int32)
-    t.opnd_coef[:n] = 1.0
-    t.counts[C_OPERANDS] = n
+    t = new_tape(n, 0, records=1, values=n + 1, operands=n)
+    t.arena.val[:n] = xs
+    t.rec.opnd_index[:n] = np.arange(n, dtype=np.int32)
+    t.rec.opnd_coef[:n] = 1.0
+    t.rec.counts[C_OPERANDS] = n
     o = record_sum(t, 0)
     assert o == n
-    return float(t.val[o]), t
+    return float(t.arena.val[o]), t
 
 
 def naive_sum(xs):
@@ -155,11 +159,28 @@ RANDOM_SETS = _random_sets()
 def test_million_random_values_within_one_ulp(name):
     xs = RANDOM_SETS[name]
     exact = math.fsum(xs)
-    got, t = tape_sum_bulk(xs)
+    got, _ = tape_sum_bulk(xs)
     assert ulps(got, exact) <= 1.0, (got, exact, ulps(got, exact))
-    # The gradient of a sum is 1 for every operand.
-    backward(t, len(xs))
-    assert np.all(t.val_grad[: len(xs)] == 1.0)
+    # The gradient of a sum is 1 for every operand (as many as one swept record takes).
+    n = MAX_NARY
+    got, t = tape_sum_bulk(xs[:n])
+    assert ulps(got, math.fsum(xs[:n])) <= 1.0
+    t.arena.val[n] = np.nan
+    backward(t, n)  # (parameter gradients accumulate: they start at 0 on a fresh tape)
+    assert t.arena.val[n] == got  # swept again, bit for bit
+    assert np.all(t.arena.val_grad[:n] == 1.0)
+
+
+def test_sweeping_a_sum_of_too_many_operands_is_refused_by_name():
+    """Recording a record of MAX_NARY + 1 operands works (the value is right); sweeping it raises
+    FreezeError naming the record, rather than truncating its operand count."""
+    xs = RANDOM_SETS["uniform[-1,1]"][: MAX_NARY + 1]
+    got, t = tape_sum_bulk(xs)
+    assert ulps(got, math.fsum(xs)) <= 1.0
+    for sweep in (lambda: backward(t, len(xs)), lambda: forward(t)):
+        with pytest.raises(FreezeError, match=rf"position 0, record 0 \(tag \d+, sum\): has more "
+                                              rf"than {MAX_NARY} operands"):
+            sweep()
 
 
 def test_million_random_values_naive_is_worse():

@@ -265,10 +265,12 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
         info = t_info[cnt[0]]
         info[1], info[2], info[3] = nv, npr, ns
         for s in range(n_seg):
-            x = _remap(outputs[s, i], S_VALUE, n_vp, n_pp, vmap, pmap)
-            if x < 0:
-                err[0], err[1], err[2] = E_NO_OUTPUT, i, ranges[s, i, 1] - 1
-                return
+            x = -1  # -1: no output (a tape frozen only to be swept forward)
+            if outputs[s, i] >= 0:
+                x = _remap(outputs[s, i], S_VALUE, n_vp, n_pp, vmap, pmap)
+                if x < 0:
+                    err[0], err[1], err[2] = E_NO_OUTPUT, i, -1
+                    return
             info[4 + s] = x
         for f in range(1, 4 + n_seg):
             h = _mix(h, info[f])
@@ -329,6 +331,8 @@ def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> 
     _extract(rec, outputs, ranges, ch, err)
     if err[0] != OK:
         code, i, r = (int(x) for x in err)
+        if r < 0:
+            raise FreezeError(f"position {base + i}: {_REASONS[code]}")
         op = int(rec.op[r])
         try:
             name = tag_name(op)
@@ -477,8 +481,8 @@ def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) ->
         raise FreezeError(f"{len(t_recs)} distinct record structures: more than a store holds")
     tmpl = np.concatenate(tmpl_parts) if tmpl_parts else np.zeros(0, np.int64)
     n = len(tmpl)
-    info = np.array(t_infos, np.int64).reshape(len(t_recs), -1)
-    n_seg = info.shape[1] - 3
+    n_seg = chunks[0].t_info.shape[1] - 4 if chunks else 1
+    info = np.array(t_infos, np.int64).reshape(len(t_recs), 3 + n_seg)
     recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
     t_first = np.zeros(len(t_recs) + 1, np.int64)
     np.cumsum([len(r) for r in t_recs], out=t_first[1:])
@@ -669,7 +673,8 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             else:
                 return op  # freezing refuses unknown tags; the caller raises
         for s in range(n_seg):
-            outputs[i, s] = val[t_outs[t, s]]
+            o = t_outs[t, s]
+            outputs[i, s] = val[o] if o >= 0 else np.nan
         if not with_grad:
             continue
         for j in range(v0, v0 + t_temps[t, 0]):
@@ -738,16 +743,11 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
 # ------------------------------------------------------------------------------------------------
 
 def freeze_tape(tape, output: int = -1) -> Store:
-    """Every record of `tape` as one stored position whose output is value slot `output` (or,
-    with -1, the last value written). Every slot of a tape is written by a record in slot
-    order, so the rebased slots are the tape's own and the store plays in the tape's arena."""
+    """Every record of `tape` as one stored position whose output is value slot `output` (-1:
+    none, for forward sweeps only). Every slot of a tape is written by a record in slot order,
+    so the rebased slots are the tape's own and the store plays in the tape's arena."""
     rec = tape.rec
     n_rec = int(rec.counts[C_RECORDS])
-    if output < 0:
-        is_value = FORM_OUT[rec.op[:n_rec] >> KERNEL_BITS] == S_VALUE
-        if not is_value.any():
-            raise FreezeError("the tape has no record writing a value")
-        output = int(rec.out[:n_rec][is_value][-1])
     outputs = np.array([[output]], np.int64)
     ranges = np.array([[[0, n_rec]]], np.int64)
     c = rec.counts
@@ -774,5 +774,7 @@ def forward(tape) -> None:
 def backward(tape, output: int) -> None:
     """Gradients of value `output` with respect to every slot: temporary gradients are cleared
     first; parameter gradients accumulate (``+=``) across calls until `zero_grad`."""
+    if output < 0:
+        raise ValueError(f"backward needs a value slot to start from, got {output}")
     check_played(play(freeze_tape(tape, output), tape.arena, np.zeros(1, np.int64), 1.0, True,
                       np.zeros((1, 1))))
