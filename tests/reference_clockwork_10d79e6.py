@@ -39,6 +39,7 @@ from functools import lru_cache
 import chess
 
 import shared
+from test_eval_reference import DIAG, ORTHO, ray_set
 
 PARAMS_JSON = shared.SPEC / "clockwork-head" / "clockwork-head-params.json"
 
@@ -291,24 +292,6 @@ def _king_flank(c, f):
     return files & ranks
 
 
-def _ray_extent(board, k, dirs):
-    """Squares along each ray from k up to and including the first occupied square (the
-    superpiece ray extent of Position::create_attack_table_superpiece_mask)."""
-    out = 0
-    for df, dr in dirs:
-        f, r = chess.square_file(k), chess.square_rank(k)
-        while True:
-            f, r = f + df, r + dr
-            if not (0 <= f < 8 and 0 <= r < 8):
-                break
-            out |= 1 << (8 * r + f)
-            if board.occupied & (1 << (8 * r + f)):
-                break
-    return out
-
-
-ORTHO = ((1, 0), (-1, 0), (0, 1), (0, -1))
-DIAG = ((1, 1), (1, -1), (-1, 1), (-1, -1))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -598,8 +581,9 @@ def evaluate_potential_checkers(board, data, c, out):
     opp = not c
     k = board.king(c)
     knight_sq = int(chess.BB_KNIGHT_ATTACKS[k])
-    orth_sq = _ray_extent(board, k, ORTHO)
-    diag_sq = _ray_extent(board, k, DIAG)
+    orth_sq = ray_set(board, k, ORTHO)  # the superpiece ray extent of
+    # Position::create_attack_table_superpiece_mask
+    diag_sq = ray_set(board, k, DIAG)
     n = 0
     for sq in bits(bb(board, KNIGHT, opp)):
         n += pc(data.piece_att[sq] & knight_sq)

@@ -346,32 +346,11 @@ def _clamp_passes(eg, v):
 
 
 @njit(**JIT)
-def _add_clamped_eg_fwd(val, pv, o, a, b):
-    eg, v = pv[a, 1], val[b]
-    pv[o, 0] = pv[a, 0]
-    if eg == 0.0:
-        pv[o, 1] = eg
-    elif _clamp_passes(eg, v):
-        pv[o, 1] = eg + v
-    else:
-        pv[o, 1] = 0.0
-
-
-@njit(**JIT)
-def _add_clamped_eg_bwd(val, vg, pv, pg, o, a, b):
+def _clamped_add_eg_fwd(val, pv, o, a, b, signed):
+    """(mg, eg + w), the sum clamped so that it keeps the sign of eg (0 stays 0), where w is
+    value b or, `signed` (the winnable add), value b with the sign of eg."""
     eg = pv[a, 1]
-    pg[a, 0] += pg[o, 0]
-    if eg == 0.0:
-        pg[a, 1] += pg[o, 1]
-    elif _clamp_passes(eg, val[b]):
-        pg[a, 1] += pg[o, 1]
-        vg[b] += pg[o, 1]
-
-
-@njit(**JIT)
-def _add_winnable_eg_fwd(val, pv, o, a, b):
-    eg = pv[a, 1]
-    w = val[b] if eg > 0.0 else -val[b]
+    w = -val[b] if signed and eg < 0.0 else val[b]
     pv[o, 0] = pv[a, 0]
     if eg == 0.0:
         pv[o, 1] = eg
@@ -382,18 +361,18 @@ def _add_winnable_eg_fwd(val, pv, o, a, b):
 
 
 @njit(**JIT)
-def _add_winnable_eg_bwd(val, vg, pv, pg, o, a, b):
+def _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, signed):
     eg = pv[a, 1]
+    flip = signed and eg < 0.0
     pg[a, 0] += pg[o, 0]
     if eg == 0.0:
         pg[a, 1] += pg[o, 1]
-    elif eg > 0.0:
-        if _clamp_passes(eg, val[b]):
-            pg[a, 1] += pg[o, 1]
-            vg[b] += pg[o, 1]
-    elif _clamp_passes(eg, -val[b]):
+    elif _clamp_passes(eg, -val[b] if flip else val[b]):
         pg[a, 1] += pg[o, 1]
-        vg[b] -= pg[o, 1]
+        if flip:
+            vg[b] -= pg[o, 1]
+        else:
+            vg[b] += pg[o, 1]
 
 
 @njit(**JIT)
@@ -782,7 +761,7 @@ def record_eg_scale(t: Tape, p: int, s: float) -> int:
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
     o = _append(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
-    _add_clamped_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v)
+    _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, False)
     return o
 
 
@@ -791,7 +770,7 @@ def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
     0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
     o = _append(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
-    _add_winnable_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v)
+    _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, True)
     return o
 
 

@@ -45,8 +45,7 @@ from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_
                   F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
                   F_PV, F_SIGMOID_SQ_ERR, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV, FORM_LHS, FORM_NARY, FORM_OUT,
                   FORM_RHS, FORM_SCALARS, KERNEL_BITS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
-                  _add_clamped_eg_bwd, _add_clamped_eg_fwd, _add_winnable_eg_bwd,
-                  _add_winnable_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
+                  _clamped_add_eg_bwd, _clamped_add_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
                   _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,
                   _lincomb_pair_fwd, _lincomb_value_bwd, _lincomb_value_fwd, _phase_bwd,
                   _phase_fwd, _pp_bwd, _pp_fwd, _ps_bwd, _ps_fwd, _pv_bwd, _pv_fwd,
@@ -659,9 +658,9 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             elif form == F_EG_SCALE:
                 _eg_scale_fwd(pv, o, a, s0)
             elif form == F_ADD_CLAMPED_EG:
-                _add_clamped_eg_fwd(val, pv, o, a, b)
+                _clamped_add_eg_fwd(val, pv, o, a, b, False)
             elif form == F_ADD_WINNABLE_EG:
-                _add_winnable_eg_fwd(val, pv, o, a, b)
+                _clamped_add_eg_fwd(val, pv, o, a, b, True)
             elif form == F_EG_SCALE_BY_SIGN:
                 _eg_scale_by_sign_fwd(pv, o, a, s0, s1)
             elif form == F_CONST:
@@ -724,9 +723,9 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             elif form == F_EG_SCALE:
                 _eg_scale_bwd(pg, o, a, s0)
             elif form == F_ADD_CLAMPED_EG:
-                _add_clamped_eg_bwd(val, vg, pv, pg, o, a, b)
+                _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, False)
             elif form == F_ADD_WINNABLE_EG:
-                _add_winnable_eg_bwd(val, vg, pv, pg, o, a, b)
+                _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, True)
             elif form == F_EG_SCALE_BY_SIGN:
                 _eg_scale_by_sign_bwd(pv, pg, o, a, s0, s1)
             elif form == F_SIGMOID_SQ_ERR:
