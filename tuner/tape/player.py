@@ -216,8 +216,13 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                     if first < 0 or count < 0 or first + count > n_opnd:
                         err[0], err[1], err[2] = E_OPERAND_INDEX, i, r
                         return
+                    # `_remap`, written out: a call per operand would cost reference counts.
+                    slot_map = pmap if FORM_NARY[form] == S_PAIR else vmap
+                    n_par = n_pp if FORM_NARY[form] == S_PAIR else n_vp
                     for q in range(first, first + count):
-                        x = _remap(r_idx[q], FORM_NARY[form], n_vp, n_pp, vmap, pmap)
+                        x = r_idx[q]
+                        if x >= n_par:
+                            x = slot_map[x] if x < slot_map.shape[0] else -1
                         if x < 0:
                             err[0], err[1], err[2] = E_OPERAND, i, r
                             return
