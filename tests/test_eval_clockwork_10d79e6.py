@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shared
+from test_eval_clockwork import _colour_flip
 
 from tuner.chess.position import parse_fen, parse_fen_list
 from tuner.evals import clockwork_10d79e6 as ev
@@ -210,16 +211,6 @@ def test_record_batch_and_evaluation_entry():
 
 
 # ----------------------------------------------------------------------------------- semantics
-
-def _colour_flip(pos):
-    """Swap colours and mirror vertically; the side to move flips too."""
-    p = pos.copy()
-    f = p[:, :8].byteswap()
-    p[:, 0], p[:, 1] = f[:, 1], f[:, 0]
-    p[:, 2:8] = f[:, 2:8]
-    p[:, 8] = (pos[:, 8] & ~np.uint64(1)) | (~pos[:, 8] & np.uint64(1))
-    return p
-
 
 def test_colour_flip_symmetry():
     """The colour-flipped position: linear counts negate, the two king-attack sums swap, the
