@@ -78,7 +78,7 @@ from numba import njit
 from .recording import C_OPERANDS, C_RECORDS, Tape, TapeFullError, alloc_pair, alloc_value
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-INLINE = dict(JIT, inline="always")  # only for the tiny record-side helpers that take the Tape
+INLINE = dict(JIT, inline="always")  # record-side helpers taking the Tape; scalar-only kernels
 
 # Kernels.
 K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_EXP, K_LOG, K_SIGMOID, K_NEG = range(9)
