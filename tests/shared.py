@@ -1,13 +1,15 @@
-"""Where the shared reference data lives: ../shared beside the repository (as in CI), or
-$TUNER_SHARED. Tests that need it fail, never skip, when it is missing."""
+"""Where the tests' reference data lives: in the repository (tests/data/spec, a copy of the
+engine's specification data, see tests/data/README.md; datasets/ for the positions), so a plain
+clone runs every test. Set $TUNER_SHARED to a folder with spec/ and datasets/ to test against
+another copy. Tests that need the data fail, never skip, when it is missing."""
 import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("TUNER_SHARED") or REPO.parent / "shared")
-SPEC = SHARED / "spec"
-DATASETS = SHARED / "datasets"
+_OTHER = os.environ.get("TUNER_SHARED")
+SPEC = Path(_OTHER) / "spec" if _OTHER else REPO / "tests" / "data" / "spec"
+DATASETS = Path(_OTHER) / "datasets" if _OTHER else REPO / "datasets"
 
 if not SPEC.is_dir() or not DATASETS.is_dir():
-    raise RuntimeError(f"shared reference data not found at {SHARED} (expected spec/ and datasets/ "
-                       f"there); set TUNER_SHARED to its location")
+    raise RuntimeError(f"reference data not found: expected {SPEC} and {DATASETS}"
+                       + (" (from $TUNER_SHARED)" if _OTHER else ""))

@@ -1,6 +1,6 @@
 """Clockwork's 10d79e6 evaluation (tuner/evals/clockwork_10d79e6.py) against the engine's own data.
 
-Shared data (../shared/spec/clockwork-head, see tests/shared.py; missing data is a failure): the
+Reference data (tests/data/spec/clockwork-head, see tests/shared.py; missing data is a failure): the
 conformance files (FEN;white_pov_eval: 10,000 standard and 5,000 DFRC self-play positions, 3,000
 endgames) and clockwork-head-grad-vectors.jsonl (4,024 positions: the engine's integer eval, its
 tuning build's continuous eval and the gradient of that with respect to every pair and value
