@@ -19,6 +19,7 @@ from numba import njit
 
 from tuner.evals import clockwork as cw
 from tuner.evals import get_evaluation
+from tuner.shipped import find_config
 from tuner.train.config import load_config, validate
 from tuner.train.loop import Data, Run, load_data
 from tuner.train.workers import Workers
@@ -89,7 +90,7 @@ class Identifiable:
 @pytest.fixture(scope="module")
 def sample():
     """The shipped sample (selfplay-std + selfplay-dfrc) in the default split."""
-    cfg = load_config("configs/default.toml")
+    cfg = load_config(find_config("default"))
     return cfg, load_data(cfg, lambda s: None)
 
 
@@ -189,7 +190,7 @@ def test_recovers_known_parameters_from_exact_probabilities(truth, sample, tmp_p
 
 
 def test_tuning_from_zero_matches_the_engine_parameters(sample, tmp_path):
-    """configs/default.toml (from zero, 20 epochs) reaches the validation loss of Clockwork's own
+    """The shipped configuration `default` (from zero, 20 epochs) reaches the validation loss of Clockwork's own
     parameters on the shipped sample."""
     cfg, data = sample
     ev = get_evaluation("clockwork")

@@ -29,6 +29,7 @@ import click
 import numpy as np
 
 from tuner.data import load_dataset
+from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
 from tuner.evals.export import to_cpp
 from tuner.fileio import atomic_write
@@ -61,13 +62,16 @@ class Data:
     sources: list = field(default_factory=list)
 
 
+def find_data(cfg: Config) -> list[Resolved]:
+    """The files of ``[data] train`` (tuner.data.registry's lookup order; checksums checked)."""
+    return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
+
+
 def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
     """Load every dataset of ``[data] train`` and split off the validation positions."""
     positions, results, sources = [], [], []
-    for name in cfg["data"]["train"]:
-        p = cfg.resolve_path(name)
-        target = str(p) if (p.suffix == ".parquet" or p.exists()) else name
-        ds = load_dataset(target, policy=cfg["data"]["policy"])
+    for found in find_data(cfg):
+        ds = load_dataset(found, policy=cfg["data"]["policy"])
         log(f"data: {ds.source}: {len(ds):,} positions"
             + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else ""))
         positions.append(ds.positions)
@@ -412,8 +416,10 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     if (out_dir / CHECKPOINT).exists():
         raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to continue "
                             f"it, or choose another --out")
+    run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+    find_data(cfg)  # a missing dataset fails before the run directory exists
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(config_path, out_dir / "config.toml")
     (out_dir / "run.json").write_text(json.dumps({"config": str(cfg.path)}), encoding="utf-8")
     (out_dir / "train.log").write_text("", encoding="utf-8")
-    return Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+    return run
