@@ -58,7 +58,8 @@ NUM = (int, float)
 SCHEMA: dict[str, dict[str, Key]] = {
     "data": {
         "train": Key((list, str), None,
-                     "Datasets to train on: registry names (datasets/registry.toml) or Parquet "
+                     "Datasets to train on: registered names (looked up as `tuner data list "
+                     "--config` shows: the project's datasets/registry.toml first) or Parquet "
                      "paths (relative to the config file). Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
                                    "Share of the positions held out for the validation loss.",
