@@ -140,7 +140,8 @@ def list_cmd(verify, config_name):
          the configuration or a parent; without one, ./datasets/registry.toml;
       2. $TUNER_DATASETS (a folder holding registry.toml, or a .toml file);
       3. the sample sets shipped with tuner.
-    The first registry listing a name wins. Paths in a registry are relative to it.
+    The first registry listing a name wins; a name none lists is read as a file of
+    that name, if there is one. Paths in a registry are relative to it.
     """
     from .errors import DatasetError
     from .registry import display_path, registries, search_path, verify_entry
