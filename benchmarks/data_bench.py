@@ -102,7 +102,7 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         # warm-up: numba compile / cache load of the FEN parser and the line scanner
         load_dataset("tiny", quiet=True)
-        convert_files([ROOT / "datasets" / "tiny.txt"], tmp / "warmup.parquet")
+        convert_files([ROOT / "tuner" / "samples" / "tiny.txt"], tmp / "warmup.parquet")
         pq_path, txt_path = build_inputs(tmp, args.rows)
         print(f"input: {args.rows:,} rows; {pq_path.stat().st_size / 1e6:.1f} MB Parquet, "
               f"{txt_path.stat().st_size / 1e6:.1f} MB text")

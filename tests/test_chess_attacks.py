@@ -24,7 +24,7 @@ from tuner.chess.position import (  # noqa: E402
     W_BLACK, W_META, W_PAWN, W_WHITE, castling_rook_file, ep_square, fullmove_number,
     halfmove_clock, parse_fen, parse_fen_list, phase, piece_on, side_to_move, to_fen, to_fens)
 
-SAMPLES = str(shared.SAMPLES)
+DATASETS = str(shared.DATASETS)
 SPEC = str(shared.SPEC)
 N_STD = 14000
 N_DFRC = 8000
@@ -34,7 +34,7 @@ N_ATTACKERS = 1500
 
 
 def _sample(name, n, seed):
-    fens = pq.read_table(os.path.join(SAMPLES, name), columns=["fen"]).column("fen").to_pylist()
+    fens = pq.read_table(os.path.join(DATASETS, name), columns=["fen"]).column("fen").to_pylist()
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(len(fens), size=min(n, len(fens)), replace=False))
     return [fens[i] for i in idx]

@@ -21,7 +21,7 @@ from tuner.chess.position import (  # noqa: E402
     to_fens, to_fens_arrow)
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-SAMPLES = str(shared.SAMPLES)
+DATASETS = str(shared.DATASETS)
 FIELD_NAMES = ("fen", "piece placement", "side to move", "castling", "en passant",
                "half-move clock", "full-move number", "extra fields")
 _WS = re.compile(r"[ \t\n\r\v\f]+")
@@ -42,7 +42,7 @@ EXTRA_VALID = [
 def _pool():
     fens = list(EXTRA_VALID)
     for name in ("selfplay-std.parquet", "selfplay-dfrc.parquet"):
-        col = pq.read_table(os.path.join(SAMPLES, name), columns=["fen"]).column("fen").to_pylist()
+        col = pq.read_table(os.path.join(DATASETS, name), columns=["fen"]).column("fen").to_pylist()
         fens += col[:: max(1, len(col) // 150)]
     return fens
 
@@ -434,7 +434,7 @@ def test_fuzz_bulk_lists(fens):
 def test_full_dataset_round_trip(name):
     """Every row of the shared datasets parses (bulk, from the Arrow column) and writes back to
     exactly the same string."""
-    col = pq.read_table(os.path.join(SAMPLES, name), columns=["fen"]).column("fen")
+    col = pq.read_table(os.path.join(DATASETS, name), columns=["fen"]).column("fen")
     positions, status = parse_fen_array(col)
     assert len(status) == len(col) > 100000
     assert np.all(status == 0)

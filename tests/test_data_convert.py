@@ -15,7 +15,7 @@ from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.schema import ROW_GROUP_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_TXT = ROOT / "datasets" / "tiny.txt"
+TINY_TXT = ROOT / "tuner" / "samples" / "tiny.txt"
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 GOOD = [ln for ln in TINY_TXT.read_text().splitlines()[:50]]
 

@@ -170,7 +170,7 @@ def test_name_then_path(tmp_path, monkeypatch):
 
 def test_tiny_txt_converts_to_shipped_tiny(tmp_path):
     """The shipped text and Parquet forms of tiny hold the same rows."""
-    s = convert_files([DATASETS / "tiny.txt"], tmp_path / "t.parquet")
+    s = convert_files([SAMPLES / "tiny.txt"], tmp_path / "t.parquet")
     assert s.rows == 4000 and s.n_bad == 0
     a, b = load_dataset(tmp_path / "t.parquet"), load_dataset(SAMPLES / "tiny.parquet")
     np.testing.assert_array_equal(a.positions, b.positions)

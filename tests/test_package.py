@@ -43,7 +43,11 @@ def test_shipped_configs_by_name(tmp_path, monkeypatch):
 def test_configs_command_lists_and_prints(tmp_path):
     r = CliRunner().invoke(main, ["configs"])
     assert r.exit_code == 0
-    assert "default         clockwork, 20 epochs on selfplay-std, selfplay-dfrc" in r.stdout
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == SHIPPED_CONFIGS
+    cfg = load_config(find_config("default"))
+    assert lines[-1] == (f"default         {cfg['evaluation']['name']}, "
+                         f"{cfg['training']['epochs']} epochs on selfplay-std, selfplay-dfrc")
     r = CliRunner().invoke(main, ["configs", "default"])
     assert r.exit_code == 0 and r.stdout == find_config("default").read_text()
     r = CliRunner().invoke(main, ["configs", "nosuch"])
