@@ -60,6 +60,8 @@ from tuner.tape import (LinearAccumulator, TapeFullError, grow, lin_add, lin_cle
                         record_lincomb_value, record_pair_add, record_pair_div_scalar,
                         record_pair_mul, record_pair_sigmoid, record_phase, reset, set_params)
 
+from . import CPP_CLOCKWORK, Evaluation
+from .breakdown import explain_10d79e6
 from .common import (add_nonzero, add_packed, check_domain, pack_score, s16, score_eg, score_mg,
                      sub_packed, trunc_div)
 from .export import round_half_away, round_params
@@ -1002,3 +1004,7 @@ def breakdown(pos, params=None, value_params=None) -> dict:
         "tempo": (tempo_count * int(ipairs[TEMPO_VAL, 0]), tempo_count * int(ipairs[TEMPO_VAL, 1])),
         "pairs": pairs, "values": values,
     }
+
+
+EVALUATION = Evaluation("clockwork-10d79e6", registry(), record_eval, record_batch, new_scratch,
+                        evaluate=evaluate_positions, explain=explain_10d79e6, cpp=CPP_CLOCKWORK)

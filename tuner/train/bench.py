@@ -39,7 +39,7 @@ def run_bench(dataset: str, epochs: int, threads: int, mode: str = "replay") -> 
         t0 = time.perf_counter()
         data = load_data(cfg, lambda s: None)
         load_s = time.perf_counter() - t0
-        run = Run(cfg, Path(tmp), log=lines.append, progress=False)
+        run = Run(cfg, Path(tmp), log=lines.append)
         history = run.run(data)
     n = len(data.train)
     secs = history["seconds"]

@@ -34,13 +34,16 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     from tuner.data import DatasetError
     from .config import ConfigError, describe
     from .loop import TrainingError, start_run
+    from tuner.terminal import TerminalObserver, compile_errors
     if help_config:
         click.echo(describe())
         return
     try:
-        run = start_run(config_path, out, resume, epochs, threads)
+        run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
+                        observer=TerminalObserver())
         run.log(f"output: {run.out}")
-        run.run()
+        with compile_errors(run.evaluation.name):
+            run.run()
     except (ConfigError, DatasetError, TrainingError) as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -1,0 +1,44 @@
+"""Warming a run's kernels on two positions before anything is timed.
+
+Every compiled kernel a run calls (bulk FEN parsing, the evaluation's recorder, the loss, the
+player's freeze and sweeps, the optimiser step) is called once here on a two-position input. On a
+cold cache (the first run of these sources, or of an edited evaluation file) that is where Numba
+compiles them, announced by the caller; on a warm one it loads their machine code from the cache.
+Either way the load, record and epoch timings that follow measure only the work itself. The run's
+state (parameters, optimiser moments, step, shuffle order) is left exactly as it was.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from tuner.data.fenarrow import parse_fen_array
+from .record import record_store
+from .workers import Workers
+
+#: Two positions (the start position and a middlegame with every piece type, Black to move): the
+#: kernels' argument types do not depend on the positions, so any two valid ones would do.
+WARM_FENS = ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+             "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R b KQkq - 0 1")
+WARM_RESULTS = (1.0, 0.5)
+
+
+def warm_up(run) -> None:
+    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `WARM_FENS`."""
+    positions, _ = parse_fen_array(pa.array(WARM_FENS))
+    results = np.array(WARM_RESULTS)
+    n = len(WARM_FENS)
+    k = run.cfg["loss"]["k"]
+    store = (None if run.cfg["training"]["mode"] == "eager"
+             else record_store(run.evaluation, positions, results, k, 1, n))
+    workers = Workers(run.evaluation, 1, n, n, store=store)
+    saved = run.theta.copy(), run.m.copy(), run.v.copy(), run.step
+    try:
+        rows = np.arange(n)
+        _, grad = workers.loss_grad(run.theta, positions, results, rows, k)
+        workers.loss_grad(run.theta, positions, results, rows, k, with_grad=False)
+        run.optimizer_step(np.zeros_like(grad), 0.0, np.zeros(len(grad), dtype=bool))
+    finally:
+        workers.close()
+        run.theta[:], run.m[:], run.v[:] = saved[:3]
+        run.step = saved[3]
