@@ -20,8 +20,8 @@ from tuner.train.progress import Observer
 
 def announce_compiling(what: str) -> None:
     """The line a command prints (stderr) when Numba starts compiling `what`."""
-    click.echo(f"{COMPILING}: Numba is compiling {what}; later runs load it from the cache ...",
-               err=True)
+    click.echo(f"{COMPILING}: Numba is compiling {what} (later runs load the machine code from "
+               f"the cache) ...", err=True)
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """Warming a run's kernels on two positions before anything is timed.
 
 Every compiled kernel a run calls (bulk FEN parsing, the evaluation's recorder, the loss, the
-player's freeze and sweeps, the optimiser step) is called once here on a two-position input. On a
+player's freeze and sweeps, the optimiser step) is called once here on a three-position input. On a
 cold cache (the first run of these sources, or of an edited evaluation file) that is where Numba
 compiles them, announced by the caller; on a warm one it loads their machine code from the cache.
 Either way the load, record and epoch timings that follow measure only the work itself. The run's
@@ -16,11 +16,14 @@ from tuner.data.fenarrow import parse_fen_array
 from .record import record_store
 from .workers import Workers
 
-#: Two positions (the start position and a middlegame with every piece type, Black to move): the
-#: kernels' argument types do not depend on the positions, so any two valid ones would do.
+#: Three positions in micro-batches of two: a full micro-batch and a partial one, whose slot
+#: arrays are views of another layout (Numba compiles each layout apart). The kernels' types do
+#: not depend on the positions themselves.
 WARM_FENS = ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
-             "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R b KQkq - 0 1")
-WARM_RESULTS = (1.0, 0.5)
+             "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R b KQkq - 0 1",
+             "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45")
+WARM_RESULTS = (1.0, 0.5, 0.0)
+WARM_MICRO = 2
 
 
 def warm_up(run) -> None:
@@ -30,8 +33,8 @@ def warm_up(run) -> None:
     n = len(WARM_FENS)
     k = run.cfg["loss"]["k"]
     store = (None if run.cfg["training"]["mode"] == "eager"
-             else record_store(run.evaluation, positions, results, k, 1, n))
-    workers = Workers(run.evaluation, 1, n, n, store=store)
+             else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO))
+    workers = Workers(run.evaluation, 1, WARM_MICRO, n, store=store)
     saved = run.theta.copy(), run.m.copy(), run.v.copy(), run.step
     try:
         rows = np.arange(n)
