@@ -18,6 +18,10 @@ from tuner.compiling import COMPILING
 from tuner.train.progress import Observer
 
 
+#: What a training run compiles, as the announcement names it.
+TRAINING_KERNELS = "the training kernels"
+
+
 def announce_compiling(what: str) -> None:
     """The line a command prints (stderr) when Numba starts compiling `what`."""
     click.echo(f"{COMPILING}: Numba is compiling {what} (later runs load the machine code from "
@@ -38,7 +42,7 @@ def compile_errors(name: str) -> Iterator[None]:
 class TerminalObserver(Observer):
     """Bars with an ETA when stderr is a terminal (`tty` None: detect it), plain lines when not."""
 
-    def __init__(self, tty: bool | None = None, what: str = "the training kernels"):
+    def __init__(self, tty: bool | None = None, what: str = TRAINING_KERNELS):
         self.tty = sys.stderr.isatty() if tty is None else tty
         self.what = what
         self.bar = None

@@ -69,8 +69,10 @@ def bench_cmd(threads, epochs, dataset, mode):
     thread counts and changes when the evaluation or the tape's arithmetic changes.
     """
     from tuner.data import DatasetError
+    from tuner.terminal import TRAINING_KERNELS, announce_compiling
     from .bench import run_bench
     try:
-        run_bench(dataset, epochs, threads, mode)
+        run_bench(dataset, epochs, threads, mode,
+                  announce=lambda: announce_compiling(TRAINING_KERNELS))
     except DatasetError as e:
         _fail(e)
