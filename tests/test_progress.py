@@ -98,15 +98,20 @@ def test_a_run_reports_its_steps_in_order_with_compilation_first(tmp_path):
     run.run()
     ev = _collapse(obs.events)
     kinds = [e[0] for e in ev]
-    assert kinds == ["compile_start", "compile_end", "load_start", "load_end", "record_start",
-                     "record_progress", "record_end"] + ["epoch_start", "epoch_progress",
-                                                          "epoch_end", "epoch_done"] * 2
-    assert ev[2] == ("load_start", ("tiny",)) and ev[3] == ("load_end", 4000)
-    assert ev[4] == ("record_start", 4000) and sum(ev[5][1]) == 4000
+    # Compilation (this file's evaluation at least, everything on a cold cache) may start before
+    # the load (the bulk FEN parser warms first) or after it, and ends before anything timed.
+    assert [k for k in kinds if k.startswith("compile")] == ["compile_start", "compile_end"]
+    assert kinds.index("compile_end") < kinds.index("record_start")
+    rest = [e for e in ev if not e[0].startswith("compile")]
+    assert [e[0] for e in rest] == ["load_start", "load_end", "record_start", "record_progress",
+                                    "record_end"] + ["epoch_start", "epoch_progress",
+                                                     "epoch_end", "epoch_done"] * 2
+    assert rest[0] == ("load_start", ("tiny",)) and rest[1] == ("load_end", 4000)
+    assert rest[2] == ("record_start", 4000) and sum(rest[3][1]) == 4000
     n_train = 3600
-    assert ev[7] == ("epoch_start", 1, 2, n_train) and ev[8][1][-1] == n_train
-    assert ev[8][1] == sorted(ev[8][1]) and ev[10] == ("epoch_done", 1)
-    assert ev[11] == ("epoch_start", 2, 2, n_train)
+    assert rest[5] == ("epoch_start", 1, 2, n_train) and rest[6][1][-1] == n_train
+    assert rest[6][1] == sorted(rest[6][1]) and rest[8] == ("epoch_done", 1)
+    assert rest[9] == ("epoch_start", 2, 2, n_train)
     assert any(line.startswith("compiled the kernels in") for line in lines)
     assert "compiled the kernels in" in (tmp_path / "out" / "train.log").read_text()
 

@@ -58,9 +58,11 @@ class _Listener(event.Listener):
 
 
 @contextmanager
-def watch_compilation(on_start: Callable[[], None]) -> Iterator[CompileWatch]:
-    """Within the block, call ``on_start()`` once, just before Numba starts the first
-    compilation (in any thread); yields a `CompileWatch` filled in as the block runs."""
-    watch = CompileWatch()
+def watch_compilation(on_start: Callable[[], None],
+                      watch: CompileWatch | None = None) -> Iterator[CompileWatch]:
+    """Within the block, call ``on_start()`` just before Numba starts the first compilation (in
+    any thread); yields a `CompileWatch` filled in as the block runs. Passing the `watch` of an
+    earlier block continues it: ``on_start`` is called once over all of them, seconds add up."""
+    watch = CompileWatch() if watch is None else watch
     with event.install_listener(COMPILE_EVENT, _Listener(on_start, watch)):
         yield watch

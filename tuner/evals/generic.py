@@ -24,11 +24,13 @@ from .registry import ParamRegistry
 CHUNK = 4096
 #: Initial tape capacity per position (grown on demand).
 RECORDS_PER_POSITION = 32
+OPERANDS_PER_POSITION = 128
 
 
 def _tape(evaluation, pairs, values, n: int):
     reg = evaluation.registry
-    tape = new_tape(reg.n_values, reg.n_params, records=RECORDS_PER_POSITION * max(n, 1))
+    tape = new_tape(reg.n_values, reg.n_params, records=RECORDS_PER_POSITION * max(n, 1),
+                    operands=OPERANDS_PER_POSITION * max(n, 1))
     set_params(tape.arena, pairs, values)
     return tape
 

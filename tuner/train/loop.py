@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from tuner.compiling import watch_compilation
+from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.fileio import atomic_write
@@ -38,7 +38,7 @@ from .progress import Observer
 from .schedule import check_patterns, learning_rate, trainable_mask
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
-from .warmup import warm_up
+from .warmup import warm_positions, warm_up
 from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
@@ -349,20 +349,23 @@ class Run:
 
     def run(self, data: Data | None = None) -> dict:
         """Train from the current epoch to `self.epochs`; returns the final history."""
-        with watch_compilation(self.observer.compile_start) as compiling:
+        compiling = CompileWatch()  # the kernels are warmed first: timings below exclude it
+        with watch_compilation(self.observer.compile_start, compiling):
+            warm = warm_positions()
+        if data is None:
+            self.observer.load_start(self.cfg["data"]["train"])
+            t0 = time.perf_counter()
+            data = load_data(self.cfg, self.log)
+            self.observer.load_end(len(data.positions), time.perf_counter() - t0)
+        with watch_compilation(self.observer.compile_start, compiling):
             try:
-                warm_up(self)
+                warm_up(self, *warm)
             except FreezeError as e:
                 raise self.unplayable(e) from None
         if compiling.compiled:
             self.observer.compile_end(compiling.seconds)
             self.log(f"compiled the kernels in {compiling.seconds:.1f} s (once: later runs load "
                      f"them from the cache)")
-        if data is None:
-            self.observer.load_start(self.cfg["data"]["train"])
-            t0 = time.perf_counter()
-            data = load_data(self.cfg, self.log)
-            self.observer.load_end(len(data.positions), time.perf_counter() - t0)
         self.log(f"train {len(data.train):,} positions, validation {len(data.val):,}; "
                  f"{self.registry.n_params} parameters ({int((~self.registry.constant).sum())} "
                  f"tunable); {self.n_threads} thread(s)")

@@ -1,7 +1,8 @@
 """Warming a run's kernels on two positions before anything is timed.
 
 Every compiled kernel a run calls (bulk FEN parsing, the evaluation's recorder, the loss, the
-player's freeze and sweeps, the optimiser step) is called once here on a three-position input. On a
+player's freeze and sweeps, the optimiser step) is called once here on a three-position input
+(the parser first, before the data is loaded; the rest after). On a
 cold cache (the first run of these sources, or of an edited evaluation file) that is where Numba
 compiles them, announced by the caller; on a warm one it loads their machine code from the cache.
 Either way the load, record and epoch timings that follow measure only the work itself. The run's
@@ -26,11 +27,17 @@ WARM_RESULTS = (1.0, 0.5, 0.0)
 WARM_MICRO = 2
 
 
-def warm_up(run) -> None:
-    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `WARM_FENS`."""
+def warm_positions() -> tuple[np.ndarray, np.ndarray]:
+    """`WARM_FENS` and `WARM_RESULTS` as arrays, parsed by the loader's bulk FEN parser (which
+    this warms: a run calls it before loading its data, so that a missing dataset is reported
+    before the other kernels compile)."""
     positions, _ = parse_fen_array(pa.array(WARM_FENS))
-    results = np.array(WARM_RESULTS)
-    n = len(WARM_FENS)
+    return positions, np.array(WARM_RESULTS)
+
+
+def warm_up(run, positions: np.ndarray, results: np.ndarray) -> None:
+    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()`."""
+    n = len(positions)
     k = run.cfg["loss"]["k"]
     store = (None if run.cfg["training"]["mode"] == "eager"
              else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO))
