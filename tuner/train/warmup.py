@@ -38,10 +38,11 @@ def warm_positions() -> tuple[np.ndarray, np.ndarray]:
 def warm_up(run, positions: np.ndarray, results: np.ndarray) -> None:
     """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()`."""
     n = len(positions)
-    k = run.cfg["loss"]["k"]
+    k = run.k  # known by now (fitted if [loss] k = "fit")
     store = (None if run.cfg["training"]["mode"] == "eager"
-             else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO))
-    workers = Workers(run.evaluation, 1, WARM_MICRO, n, store=store)
+             else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO,
+                               loss=run.loss_form))
+    workers = Workers(run.evaluation, 1, WARM_MICRO, n, store=store, loss=run.loss_form)
     saved = run.theta.copy(), run.m.copy(), run.v.copy(), run.step
     try:
         rows = np.arange(n)
