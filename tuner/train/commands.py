@@ -36,6 +36,7 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     from tuner.shipped import find_config, shipped_configs
     from .config import ConfigError, describe
     from .loop import TrainingError, start_run
+    from tuner.terminal import TerminalObserver, compile_errors
     if help_config:
         click.echo(describe())
         click.echo(f"Shipped configurations (--config NAME; `tuner configs` lists them): "
@@ -43,9 +44,11 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
         return
     try:
         config_path = None if config_name is None else find_config(config_name)
-        run = start_run(config_path, out, resume, epochs, threads)
+        run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
+                        observer=TerminalObserver())
         run.log(f"output: {run.out}")
-        run.run()
+        with compile_errors(run.evaluation.name):
+            run.run()
     except (ConfigError, DatasetError, TrainingError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -93,8 +96,10 @@ def bench_cmd(threads, epochs, dataset, mode):
     thread counts and changes when the evaluation or the tape's arithmetic changes.
     """
     from tuner.data import DatasetError
+    from tuner.terminal import TRAINING_KERNELS, announce_compiling
     from .bench import run_bench
     try:
-        run_bench(dataset, epochs, threads, mode)
+        run_bench(dataset, epochs, threads, mode,
+                  announce=lambda: announce_compiling(TRAINING_KERNELS))
     except DatasetError as e:
         _fail(e)
