@@ -73,8 +73,10 @@ def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
         positions.append(ds.positions)
         results.append(ds.results)
         sources.append(ds.source)
-    positions = np.concatenate(positions)
-    results = np.concatenate(results)
+    if len(positions) > 1:  # one dataset is used as loaded: no copy of it
+        positions, results = np.concatenate(positions), np.concatenate(results)
+    else:
+        positions, results = positions[0], results[0]
     n = len(results)
     perm = np.random.default_rng(cfg["data"]["split_seed"]).permutation(n)
     n_val = int(round(cfg["data"]["validation_fraction"] * n))
