@@ -143,13 +143,22 @@ class Workers:
                 sse[c] = self._eager_chunk(w, pairs, values, positions, results, rows, k, seed,
                                            self.chunk_grads[c if with_grad else 0], with_grad)
 
-        if self.pool is None:
-            work(0)
-        else:
-            for f in [self.pool.submit(work, w) for w in range(self.n_threads)]:
-                f.result()
+        def reduce(w):  # parameter by parameter, so any split of them gives the same bits
+            lo, hi = (len(self.grad) * w // self.n_threads,
+                      len(self.grad) * (w + 1) // self.n_threads)
+            reduce_chunks(self.chunk_grads[:, lo:hi], n_chunks, self.grad[lo:hi])
+
+        self._each_thread(work)
         total = math.fsum(sse)
         if not with_grad:
             return total, None
-        reduce_chunks(self.chunk_grads, n_chunks, self.grad)
+        self._each_thread(reduce)
         return total, self.grad
+
+    def _each_thread(self, fn) -> None:
+        """fn(w) for every worker w, in parallel; exceptions propagate."""
+        if self.pool is None:
+            fn(0)
+        else:
+            for f in [self.pool.submit(fn, w) for w in range(self.n_threads)]:
+                f.result()
