@@ -65,7 +65,8 @@ def _parallel(fn, args_per_thread):
 
 
 def machine(threads, repeat):
-    """{threads: (bytes/s streamed, random cache-line reads/s)}, medians of `repeat`."""
+    """{threads: (bytes/s streamed, random cache-line reads/s)}: the best of `repeat` (what the
+    machine can do; on a shared machine the other runs measure the neighbours)."""
     a = np.arange(PROBE_BYTES // 8, dtype=np.uint64)
     rng = np.random.default_rng(0)
     idx = [rng.integers(0, len(a), RANDOM_READS) for _ in range(max(threads))]
@@ -73,22 +74,21 @@ def machine(threads, repeat):
     out = {}
     for t in threads:
         parts = np.array_split(a, t)
-        bw = statistics.median(a.nbytes / _parallel(_stream, [(p,) for p in parts])
-                               for _ in range(repeat))
-        rnd = statistics.median(t * RANDOM_READS / _parallel(_gather, [(a, idx[w]) for w in
-                                                                        range(t)])
-                                for _ in range(repeat))
+        bw = max(a.nbytes / _parallel(_stream, [(p,) for p in parts]) for _ in range(repeat))
+        rnd = max(t * RANDOM_READS / _parallel(_gather, [(a, idx[w]) for w in range(t)])
+                  for _ in range(repeat))
         out[t] = (bw, rnd)
     return out
 
 
 def epoch_seconds(workers, data, rng, theta):
-    """One epoch's loss and gradient over shuffled batches (no optimiser step)."""
+    """(wall, CPU) seconds of one epoch's loss and gradient over shuffled batches (no optimiser
+    step); the CPU time is the process's, every thread's."""
     order = rng.permutation(len(data.results))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in range(0, len(order), BATCH):
         workers.loss_grad(theta, data.positions, data.results, order[b: b + BATCH], 1 / 400)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def in_cache_ns(ev, data, n_cache, repeat):
@@ -157,15 +157,17 @@ def main():
             for label, sort in variants:
                 w = Workers(ev, t, MICRO, BATCH, store=store, in_store_order=sort)
                 epoch_seconds(w, data, rng, theta)  # warm up
-                got[label] = statistics.median(epoch_seconds(w, data, rng, theta)
-                                               for _ in range(a.repeat))
+                runs = [epoch_seconds(w, data, rng, theta) for _ in range(a.repeat)]
+                got[label] = tuple(statistics.median(x) for x in zip(*runs))
                 w.close()
-            best = got["store order"]
+            wall, cpu = got["store order"]
             print(f"  {t} thread(s): limit {limit:.3f} s/epoch (stream {stream_s:.3f} s, kernel "
                   f"{kernel_s:.3f} s; visiting in shuffled order costs at least {random_s:.3f} s "
                   f"for {lines} random lines per position)")
-            print(f"    measured: " + ", ".join(f"{k} {v:.3f} s/epoch" for k, v in got.items())
-                  + f"; fraction of the limit reached: {limit / best:.2f}")
+            print("    measured: " + ", ".join(f"{k} {v[0]:.3f} s/epoch (CPU {v[1]:.3f} s)"
+                                             for k, v in got.items())
+                  + f"; fraction of the limit reached: {limit / wall:.2f} (CPU time per "
+                    f"thread: {kernel_s / (cpu / t):.2f} of the kernel's)")
         del store
 
 
