@@ -29,6 +29,7 @@ from tuner.train.workers import Workers
 BATCH = 262_144
 MICRO = 1024
 RECORD_THREADS = 2
+K = 1 / 400
 THREADS = (1, 2)
 COLUMNS = ("evaluation", "positions", "threads", "s/epoch", "positions/s", "store B/pos",
            "peak MB", "peak B/pos", "load s", "record s", "Parquet to first epoch s")
@@ -37,6 +38,7 @@ COLUMNS = ("evaluation", "positions", "threads", "s/epoch", "positions/s", "stor
 def child(evaluation: str, path: str, epochs: int) -> None:
     """One size of one evaluation: print its rows as JSON lines."""
     cfg = validate({"data": {"train": [path], "validation_fraction": 0.0},
+                    "loss": {"k": K},
                     "evaluation": {"name": evaluation, "init": "zero"},
                     "optimizer": {"lr": 10.0},
                     "training": {"epochs": epochs, "batch_size": BATCH,
@@ -46,14 +48,15 @@ def child(evaluation: str, path: str, epochs: int) -> None:
         t0 = time.perf_counter()
         data = load_data(cfg, lambda line: None)
         t1 = time.perf_counter()
-        store = run.replay_store(data)
+        targets = data.results  # no score blend
+        store = run.replay_store(data, targets)
         t2 = time.perf_counter()
         n = store_len(store)
         for threads in THREADS:
             workers = Workers(run.evaluation, threads, MICRO, min(BATCH, n), store=store)
-            workers.loss_grad(run.theta, data.positions, data.results, data.train[:MICRO],
-                              cfg["loss"]["k"])  # compiled (or loaded from the cache) untimed
-            secs = [run.run_epoch(data, workers)["seconds"] for _ in range(epochs)]
+            workers.loss_grad(run.theta, data.positions, targets, data.train[:MICRO],
+                              K)  # compiled (or loaded from the cache) untimed
+            secs = [run.run_epoch(data, targets, workers)["seconds"] for _ in range(epochs)]
             workers.close()
             med = statistics.median(secs)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

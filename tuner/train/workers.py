@@ -22,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tuner.tape import new_arena, set_params
-from tuner.tape.player import arena_size, build_store, extract, store_len
+from tuner.tape.ops import F_SIGMOID_SQ_ERR
+from tuner.tape.player import arena_size, build_store, extract, play, store_len
 from .kernels import WORD_BITS, reduce_chunks, replay_chunks, store_order
-from .record import new_training_tape, record_positions
+from .record import new_training_tape, record_positions, record_store
 
 
 def resolve_threads(threads: int) -> int:
@@ -52,8 +53,9 @@ class Workers:
     """
 
     def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None,
-                 in_store_order: bool = True):
+                 loss: int = F_SIGMOID_SQ_ERR, in_store_order: bool = True):
         reg = evaluation.registry
+        self.loss = loss  # the loss record form eager epochs record
         self.evaluation = evaluation
         self.store = store
         self.n_pairs, self.n_values = reg.n_params, reg.n_values
@@ -86,7 +88,8 @@ class Workers:
         n = len(rows)
         slots = self.slots[w][:, :n]
         self.tapes[w], self.scratch[w] = record_positions(
-            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k, slots)
+            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k,
+            self.loss, slots)
         store = build_store([extract(self.tapes[w].rec, slots)], self.n_values, self.n_pairs)
         if any(need > have for need, have in zip(arena_size(store), (len(a) for a in (
                 self.arenas[w].val, self.arenas[w].pair_val)))):
@@ -162,3 +165,17 @@ class Workers:
         else:
             for f in [self.pool.submit(fn, w) for w in range(self.n_threads)]:
                 f.result()
+
+
+def continuous_evals(evaluation, theta, positions, n_threads: int, micro: int) -> np.ndarray:
+    """The evaluation (the value the tape records, White's point of view) of every position at the
+    flat parameters `theta`: recorded once and played forward, for any evaluation."""
+    n = len(positions)
+    store = record_store(evaluation, positions, np.zeros(n), 1.0, n_threads, micro)
+    arena = new_arena(*arena_size(store))
+    set_params(arena, *split_params(np.ascontiguousarray(theta, np.float64),
+                                    evaluation.registry.n_params))
+    outputs = np.zeros((n, 2))
+    if play(store, arena, np.arange(n, dtype=np.int64), 0.0, False, outputs) >= 0:
+        raise ValueError("unknown record tag in a sweep")
+    return outputs[:, 0].copy()
