@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
+from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import StoreBuilder, build_store, extract
 from tuner.train.kernels import WORD_BITS, store_order
 from tuner.train.record import new_training_tape, record_positions, record_store
@@ -98,7 +99,7 @@ def test_store_builder_grows_and_equals_one_build(tiny, name):
         rows = np.arange(lo, min(n, lo + micro), dtype=np.int64)
         slots = np.zeros((2, len(rows)), np.int64)
         tape, scratch = record_positions(ev, tape, scratch, tiny.positions, tiny.results, rows,
-                                         K, slots)
+                                         K, F_SIGMOID_SQ_ERR, slots)
         chunks.append(extract(tape.rec, slots, base=lo))
     whole = build_store(chunks, reg.n_values, reg.n_params)
     for hint in (0, 1, n // 3):
