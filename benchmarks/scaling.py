@@ -44,7 +44,7 @@ def child(evaluation: str, path: str, epochs: int) -> None:
                     "training": {"epochs": epochs, "batch_size": BATCH,
                                  "micro_batch_size": MICRO, "threads": RECORD_THREADS}}, "bench")
     with tempfile.TemporaryDirectory() as tmp:
-        run = Run(cfg, Path(tmp), log=lambda line: None, progress=False)
+        run = Run(cfg, Path(tmp), log=lambda line: None)
         t0 = time.perf_counter()
         data = load_data(cfg, lambda line: None)
         t1 = time.perf_counter()
