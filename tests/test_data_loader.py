@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.data import DatasetError, convert_files, load_dataset
-from tuner.data.fenarrow import parse_fen_array
+from tuner.chess.fen import parse_fen_array
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 TINY = DATASETS / "tiny.parquet"

@@ -12,7 +12,7 @@ import pytest
 
 import shared
 
-from tuner.chess.position import parse_fen, parse_fen_list
+from tuner.chess.fen import parse_fen, parse_fen_list
 from tuner.evals import clockwork as cw
 from tuner.tape import backward, new_accumulator, new_tape, reset, zero_grad
 

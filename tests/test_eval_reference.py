@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shared
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.evals import clockwork as cw
 
 REG = cw.registry()

@@ -482,7 +482,7 @@ def evaluate_fen(fen: str, params=None):
     totals ``counts . values``. Raises ValueError for an invalid FEN or a position outside the
     evaluation's domain (see `check_domain`).
     """
-    from tuner.chess.position import parse_fen
+    from tuner.chess.fen import parse_fen
 
     pos = parse_fen(fen)
     check_domain(pos)
