@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import chess  # noqa: E402  (the dev extra installs it; a missing one is a failure)
 
 import shared  # noqa: E402
+from chess_oracle import FLAGS_OF, IMPLEMENTED, python_chess_flags  # noqa: E402
 
 from tuner.chess import position as P  # noqa: E402
 from tuner.chess.fen import (  # noqa: E402
@@ -25,26 +26,6 @@ from tuner.chess.status import FIELD_NAMES, REASONS, FenStatus, status_kind, sta
 HYP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 DATASETS = str(shared.DATASETS)
-#: python-chess's status flags for the rules tuner.chess.legality implements (all but the number
-#: and geometry of checkers), and the flags each of our legality statuses corresponds to.
-IMPLEMENTED = (chess.STATUS_NO_WHITE_KING | chess.STATUS_NO_BLACK_KING | chess.STATUS_TOO_MANY_KINGS
-               | chess.STATUS_TOO_MANY_WHITE_PIECES | chess.STATUS_TOO_MANY_BLACK_PIECES
-               | chess.STATUS_TOO_MANY_WHITE_PAWNS | chess.STATUS_TOO_MANY_BLACK_PAWNS
-               | chess.STATUS_PAWNS_ON_BACKRANK | chess.STATUS_BAD_CASTLING_RIGHTS
-               | chess.STATUS_INVALID_EP_SQUARE | chess.STATUS_OPPOSITE_CHECK | chess.STATUS_EMPTY)
-FLAGS_OF = {
-    FenStatus.KINGS: (chess.STATUS_NO_WHITE_KING | chess.STATUS_NO_BLACK_KING
-                      | chess.STATUS_TOO_MANY_KINGS | chess.STATUS_EMPTY),
-    FenStatus.TOO_MANY_PIECES: chess.STATUS_TOO_MANY_WHITE_PIECES | chess.STATUS_TOO_MANY_BLACK_PIECES,
-    FenStatus.TOO_MANY_PAWNS: chess.STATUS_TOO_MANY_WHITE_PAWNS | chess.STATUS_TOO_MANY_BLACK_PAWNS,
-    FenStatus.PAWN_BACK_RANK: chess.STATUS_PAWNS_ON_BACKRANK,
-    FenStatus.OPPOSITE_CHECK: chess.STATUS_OPPOSITE_CHECK,
-    FenStatus.CASTLE_NO_KING: chess.STATUS_BAD_CASTLING_RIGHTS,
-    FenStatus.CASTLE_NO_ROOK: chess.STATUS_BAD_CASTLING_RIGHTS,
-    FenStatus.CASTLE_SAME_SIDE: chess.STATUS_BAD_CASTLING_RIGHTS,
-    FenStatus.EP_NO_PAWN: chess.STATUS_INVALID_EP_SQUARE,
-    FenStatus.EP_OCCUPIED: chess.STATUS_INVALID_EP_SQUARE,
-}
 _WS = re.compile(r"[ \t\n\r\v\f]+")
 
 EXTRA_VALID = [
@@ -352,23 +333,10 @@ def _random_fen(rng):
     return "%s %s %s %s 0 1" % (b.board_fen(), "w" if turn else "b", castling, ep)
 
 
-def _dropped_queen_side_letter(board, castling):
-    """python-chess drops a 'Q'/'q' without a flag when its colour has no rook at all on its back
-    rank (``lsb(0) < king``); we reject it as a right naming no rook (a deliberate difference)."""
-    for letter, colour in (("Q", chess.WHITE), ("q", chess.BLACK)):
-        back = chess.BB_RANK_1 if colour == chess.WHITE else chess.BB_RANK_8
-        if letter in castling and not board.pieces_mask(chess.ROOK, colour) & back:
-            return True
-    return False
-
-
 def _agrees_with_python_chess(fen):
     """Our verdict is python-chess's status() for the rules we implement, and a rejection's
     reason is one of the flags python-chess raises. Returns our status kind."""
-    board = chess.Board(fen, chess960=True)
-    flags = board.status()
-    if _dropped_queen_side_letter(board, fen.split()[2]):
-        flags |= chess.STATUS_BAD_CASTLING_RIGHTS
+    flags = python_chess_flags(fen)
     positions, status = parse_fen_list([fen])
     kind = status_kind(status[0])
     assert (kind == FenStatus.OK) == (not flags & IMPLEMENTED), (fen, status_reason(status[0]), flags)
@@ -426,7 +394,7 @@ def test_illegal_positions_are_rejected_as_python_chess_does(fen, message):
 
 
 def test_queen_side_letter_without_rooks_is_rejected():
-    """Where python-chess silently drops the right, we name it (see _dropped_queen_side_letter)."""
+    """Where python-chess silently drops the right, we name it (see chess_oracle)."""
     fen = "4k3/8/8/8/8/8/8/4K3 w Q - 0 1"
     assert chess.Board(fen, chess960=True).status() == chess.STATUS_VALID
     with pytest.raises(ValueError, match="castling: right 'Q' names no White rook"):

@@ -9,6 +9,6 @@ popcount / lsb / edge-safe shifts), ``attacks`` (njit attack generation and atta
 from .fen import parse_fen, parse_fen_array, parse_fen_list, parse_fens, to_fen  # noqa: F401
 from .position import (  # noqa: F401
     POSITION_WORDS, W_WHITE, W_BLACK, W_PAWN, W_KNIGHT, W_BISHOP, W_ROOK, W_QUEEN, W_KING, W_META,
-    WHITE, BLACK, PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING, phase, side_to_move,
+    WHITE, BLACK, PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING, phase, piece_on, side_to_move,
 )
 from .status import FenStatus, status_reason  # noqa: F401

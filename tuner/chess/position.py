@@ -19,7 +19,9 @@ Meta word layout (bit ranges inclusive):
                  and mixed X-FEN fields round-trip exactly.)
     bits 37..40  en passant: bit 37 = present, bits 38..40 = file. The rank is implied by the side
                  to move (rank 6 when White is to move, rank 3 when Black is).
-    bits 41..48  half-move clock (0..MAX_HALFMOVE = 100)
+    bits 41..48  half-move clock (0..NO_PIECE = -1  # piece_on() of an empty square
+
+MAX_HALFMOVE = 100)
     bits 49..62  full-move number (1..MAX_FULLMOVE = 9999)
     bit  63      reserved, 0
 
@@ -52,6 +54,8 @@ BISHOP = 2
 ROOK = 3
 QUEEN = 4
 KING = 5
+
+NO_PIECE = -1  # piece_on() of an empty square
 
 MAX_HALFMOVE = 100
 MAX_FULLMOVE = 9999
@@ -89,6 +93,22 @@ def phase(pos):
     p = (popcount(pos[W_KNIGHT]) + popcount(pos[W_BISHOP]) + 2 * popcount(pos[W_ROOK])
          + 4 * popcount(pos[W_QUEEN]))
     return min(p, np.int64(PHASE_MAX))
+
+
+@njit(cache=True, nogil=True)
+def piece_on(pos, sq):
+    """NO_PIECE if sq is empty, else type + 6 * colour (0..5 White PAWN..KING, 6..11 Black)."""
+    b = U64(1) << U64(sq)
+    if (pos[W_WHITE] & b) != U64(0):
+        base = 0
+    elif (pos[W_BLACK] & b) != U64(0):
+        base = KING + 1
+    else:
+        return np.int64(NO_PIECE)
+    for t in range(KING + 1):
+        if (pos[W_PAWN + t] & b) != U64(0):
+            return np.int64(base + t)
+    return np.int64(NO_PIECE)
 
 
 @njit(cache=True, nogil=True)
