@@ -118,6 +118,27 @@ def test_bad_rows_skip(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+ILLEGAL_ROWS = [  # (FEN, reason): each rule of tuner.chess.legality, reported per row
+    ("4k3/8/8/8/8/8/8/4r1K1 b - - 0 1", "bad FEN: side to move: Black to move, but White's king on g1 is in check"),
+    ("4k3/8/8/8/8/8/8/4K3 w KQ - 0 1", "bad FEN: castling: right 'K' names no White rook"),
+    ("4k3/8/8/8/8/8/8/4K3 w - e6 0 1", "bad FEN: en passant: e6, but no Black pawn stands on e5"),
+    ("4k3/8/8/8/8/1P6/PPPPPPPP/4K3 w - - 0 1", "bad FEN: piece placement: White has 9 pawns"),
+]
+
+
+def test_illegal_positions_are_bad_rows(tmp_path):
+    good = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    fens = [good] + [f for f, _ in ILLEGAL_ROWS] + [good]
+    p = write(pa.table({"fen": pa.array(fens, pa.string()),
+                        "result": pa.array([0.5] * len(fens), pa.float64())}), tmp_path / "i.parquet")
+    ds = load_dataset(p, quiet=True, keep_row_index=True)
+    np.testing.assert_array_equal(ds.row_index, [0, len(fens) - 1])
+    bad = dict(ds.bad_rows)
+    assert sorted(bad) == list(range(1, len(fens) - 1))
+    for row, (_, reason) in enumerate(ILLEGAL_ROWS, start=1):
+        assert bad[row].startswith(reason), (bad[row], reason)
+
+
 def test_no_valid_rows(tmp_path):
     t = _bad_table()
     bad = write(pa.table({"fen": pa.array([None, "x"], pa.string()),
