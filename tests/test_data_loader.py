@@ -25,11 +25,6 @@ def tiny_table():
     return pq.read_table(TINY)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_dataset("tiny")
-
-
 def write(table: pa.Table, path: Path, **kw) -> Path:
     pq.write_table(table, path, **kw)
     return path

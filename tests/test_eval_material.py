@@ -13,11 +13,6 @@ from tuner.train.config import validate
 from tuner.train.loop import Run, load_data
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_dataset("tiny", quiet=True)
-
-
 def _expected(positions, params):
     """Material and tempo counts and phase with NumPy, independently of the njit code."""
     pc = lambda x: np.bitwise_count(x).astype(np.int64)  # noqa: E731
