@@ -234,7 +234,7 @@ def test_reference_on_worked_examples():
         "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
         "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
         "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45",
-        "QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K w - - 0 1",
+        "QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K b - - 0 1",  # Black to move: White to move is illegal
         "1k6/8/8/8/8/8/8/BBBBKBBB b - - 0 1",
     )])
 
