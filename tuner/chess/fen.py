@@ -283,21 +283,21 @@ def _parse_fields(data, start, end, bbs):
 
     halfmove = np.int64(0)
     fullmove = np.int64(1)
-    s, e = _field(data, e, end)
+    s, e = _field(data, e, end)  # the clocks are optional: s == end once the text is used up
     if s < end:
         status, halfmove = _parse_clock(data, s, e, FenStatus.HM_SYNTAX, FenStatus.HM_ZERO,
                                         FenStatus.HM_RANGE, 0, MAX_HALFMOVE)
         if status != FenStatus.OK:
             return status
         s, e = _field(data, e, end)
-        if s < end:
-            status, fullmove = _parse_clock(data, s, e, FenStatus.FM_SYNTAX, FenStatus.FM_ZERO,
-                                            FenStatus.FM_RANGE, 1, MAX_FULLMOVE)
-            if status != FenStatus.OK:
-                return status
-            s, e = _field(data, e, end)
-            if s < end:
-                return pack_status(FenStatus.EXTRA_FIELDS, 0, 0)
+    if s < end:
+        status, fullmove = _parse_clock(data, s, e, FenStatus.FM_SYNTAX, FenStatus.FM_ZERO,
+                                        FenStatus.FM_RANGE, 1, MAX_FULLMOVE)
+        if status != FenStatus.OK:
+            return status
+        s, e = _field(data, e, end)
+    if s < end:
+        return pack_status(FenStatus.EXTRA_FIELDS, 0, 0)
     meta |= U64(halfmove) << U64(META_HALFMOVE_SHIFT)
     meta |= U64(fullmove) << U64(META_FULLMOVE_SHIFT)
     bbs[W_META] = meta
