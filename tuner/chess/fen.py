@@ -40,6 +40,9 @@ from .status import (DETAIL_A_SHIFT, DETAIL_B_SHIFT, DETAIL_MASK, F_CASTLING, F_
                      status_kind, status_reason)
 
 U64 = np.uint64
+#: The parser's helpers take the text and position arrays: inlined, so that no call in the per-FEN
+#: path passes an array (each such call costs reference counting in Numba).
+INLINE = dict(cache=True, nogil=True, inline="always")
 
 # characters (bytes) the parser and writer compare against
 CH_SPACE = ord(" ")
@@ -93,24 +96,31 @@ _CASTLE_CHAR_CODES = np.frombuffer(b"?KQkqABCDEFGHabcdefgh", dtype=np.uint8).cop
 # the njit parser
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
+def _skip_ws(data, i, end):
+    """The index of the first non-whitespace byte at or after i (end if there is none)."""
+    while i < end and _IS_WS[data[i]]:
+        i += 1
+    return i
+
+
+@njit(**INLINE)
 def _field(data, i, end):
     """(start, stop) of the next whitespace-separated field at or after i; start == stop == end
     when there is none."""
-    while i < end and _IS_WS[data[i]]:
-        i += 1
+    i = _skip_ws(data, i, end)
     j = i
     while j < end and not _IS_WS[data[j]]:
         j += 1
     return i, j
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def _is_dash(data, start, stop):
     return stop - start == 1 and data[start] == CH_DASH
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def _read_uint(data, start, stop):
     """(value, state) of the field data[start:stop] as a plain decimal: state UINT_OK,
     UINT_SYNTAX or UINT_LEADING_ZERO. The value saturates at UINT_SATURATION."""
@@ -126,49 +136,55 @@ def _read_uint(data, start, stop):
     return value, UINT_OK
 
 
-@njit(cache=True, nogil=True)
-def _parse_placement(data, start, stop, bbs):
-    """Field 1 into bbs[0..7]."""
+@njit(**INLINE)
+def _parse_placement(data, start, end, bbs):
+    """Field 1, from data[start] (not whitespace) to the next whitespace or end, into bbs[0..7]:
+    (status, index after the field). One pass: the field's end is found while parsing it."""
     rank = BOARD_SIZE - 1  # rank index being filled (its label is rank + 1)
     nfiles = 0
     nranks = 1
     prev_digit = False
-    for i in range(start, stop):
+    i = start
+    while i < end:
         c = data[i]
+        if _IS_WS[c]:
+            break
         if c == CH_SLASH:
             if nfiles != BOARD_SIZE:
-                return pack_status(FenStatus.PL_FILES, rank + 1, nfiles)
+                return pack_status(FenStatus.PL_FILES, rank + 1, nfiles), i
             nranks += 1
             if nranks > BOARD_SIZE:  # count every rank of the field to say how many there are
-                for k in range(i + 1, stop):
+                s, e = _field(data, i + 1, end)
+                for k in range(i + 1, e):
                     nranks += data[k] == CH_SLASH
-                return pack_status(FenStatus.PL_RANKS, nranks, 0)
+                return pack_status(FenStatus.PL_RANKS, nranks, 0), e
             rank -= 1
             nfiles = 0
             prev_digit = False
         elif CH_ONE <= c <= CH_EIGHT:
             if prev_digit:
-                return pack_status(FenStatus.PL_DIGITS, rank + 1, 0)
+                return pack_status(FenStatus.PL_DIGITS, rank + 1, 0), i
             nfiles += np.int64(c) - CH_ZERO
             prev_digit = True
         else:
             p = _PIECE_OF_CHAR[c]
             if p < 0:
-                return pack_status(FenStatus.PL_CHAR, np.int64(c), rank + 1)
+                return pack_status(FenStatus.PL_CHAR, np.int64(c), rank + 1), i
             if nfiles < BOARD_SIZE:
                 b = U64(1) << U64(rank * BOARD_SIZE + nfiles)
                 bbs[W_WHITE if p < BLACK_PIECE else W_BLACK] |= b
                 bbs[W_PAWN + (p & 7)] |= b
             nfiles += 1
             prev_digit = False
+        i += 1
     if nfiles != BOARD_SIZE:
-        return pack_status(FenStatus.PL_FILES, rank + 1, nfiles)
+        return pack_status(FenStatus.PL_FILES, rank + 1, nfiles), i
     if nranks != BOARD_SIZE:
-        return pack_status(FenStatus.PL_RANKS, nranks, 0)
-    return np.int32(FenStatus.OK)
+        return pack_status(FenStatus.PL_RANKS, nranks, 0), i
+    return np.int32(FenStatus.OK), i
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def _parse_castling(data, start, stop, bbs):
     """(status, meta bits) of field 3: the castling text and the rook slots it names."""
     meta = U64(0)
@@ -210,7 +226,7 @@ def _parse_castling(data, start, stop, bbs):
     return np.int32(FenStatus.OK), meta | (text << U64(META_CASTLE_TEXT_SHIFT))
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def _parse_ep(data, start, stop, bbs, stm):
     """(status, meta bits) of field 4."""
     if _is_dash(data, start, stop):
@@ -228,7 +244,7 @@ def _parse_ep(data, start, stop, bbs, stm):
     return status, U64(1 | (f << 1)) << U64(META_EP_SHIFT)
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def _parse_clock(data, start, stop, syntax, zero, out_of_range, lowest, highest):
     """(status, value) of a clock field."""
     value, state = _read_uint(data, start, stop)
@@ -244,10 +260,10 @@ def _parse_clock(data, start, stop, syntax, zero, out_of_range, lowest, highest)
 @njit(cache=True, nogil=True)
 def _parse_fields(data, start, end, bbs):
     """Every field of the FEN in data[start:end] into bbs (all zero on entry); the status."""
-    s, e = _field(data, start, end)
+    s = _skip_ws(data, start, end)
     if s == end:
         return pack_status(FenStatus.EMPTY, 0, 0)
-    status = _parse_placement(data, s, e, bbs)
+    status, e = _parse_placement(data, s, end, bbs)
     if status != FenStatus.OK:
         return status
     status = material_status(bbs)
@@ -308,10 +324,12 @@ def _parse_fields(data, start, end, bbs):
 def _parse_row(data, start, end, out, row):
     """Parse the FEN in data[start:end] into out[row]; the status. A rejected row is all zero."""
     bbs = out[row]
-    bbs[:] = U64(0)
+    for k in range(POSITION_WORDS):
+        bbs[k] = U64(0)
     status = _parse_fields(data, start, end, bbs)
     if status != FenStatus.OK:
-        bbs[:] = U64(0)
+        for k in range(POSITION_WORDS):
+            bbs[k] = U64(0)
     return status
 
 

@@ -19,12 +19,16 @@ read as in Chess960 (``chess.Board(fen, chess960=True)``), since a FEN does not 
 import numpy as np
 from numba import njit
 
-from .attacks import attackers_to
+from .attacks import count_attackers
 from .bitboard import BACK_RANKS, RANK_1, RANK_8, lsb, msb, popcount
-from .position import CASTLE_SLOT_PRESENT, W_KING, W_PAWN, W_ROOK
+from .position import (CASTLE_SLOT_PRESENT, W_BISHOP, W_BLACK, W_KING, W_KNIGHT, W_PAWN, W_QUEEN,
+                       W_ROOK, W_WHITE)
 from .status import FenStatus, pack_status
 
 U64 = np.uint64
+#: The checks take the position array: inlined into the parser, so that no call passes an array
+#: (each such call costs reference counting in Numba).
+INLINE = dict(cache=True, nogil=True, inline="always")
 MAX_PIECES = 16
 MAX_PAWNS = 8
 RANK_STEP = 8  # square offset of one rank
@@ -40,7 +44,7 @@ KING_SIDE = 0
 QUEEN_SIDE = 1
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def material_status(bbs):
     """Kings, piece and pawn counts per colour, pawns on back ranks (board words only)."""
     for colour in range(2):
@@ -60,11 +64,14 @@ def material_status(bbs):
     return np.int32(FenStatus.OK)
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def check_status(bbs, stm):
     """OPPOSITE_CHECK if the king of the side not to move is attacked (one king per colour)."""
     ksq = lsb(bbs[1 - stm] & bbs[W_KING])
-    if attackers_to(bbs, ksq, stm) != U64(0):
+    mine = bbs[stm]
+    if count_attackers(ksq, bbs[W_WHITE] | bbs[W_BLACK], stm, mine & bbs[W_PAWN],
+                       mine & bbs[W_KNIGHT], mine & bbs[W_BISHOP], mine & bbs[W_ROOK],
+                       mine & bbs[W_QUEEN], mine & bbs[W_KING]) != 0:
         return pack_status(FenStatus.OPPOSITE_CHECK, ksq, stm)
     return np.int32(FenStatus.OK)
 
@@ -79,7 +86,7 @@ def castle_colour(code):
     return 1
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def castle_slot(bbs, colour, code):
     """(status, side, nibble) of castling text code `code` of `colour`: the side (KING_SIDE or
     QUEEN_SIDE) and slot nibble of the rook it names, or a CASTLE_NO_KING / CASTLE_NO_ROOK status
@@ -105,7 +112,7 @@ def castle_slot(bbs, colour, code):
     return FenStatus.OK, (KING_SIDE if f > kfile else QUEEN_SIDE), CASTLE_SLOT_PRESENT | f
 
 
-@njit(cache=True, nogil=True)
+@njit(**INLINE)
 def ep_status(bbs, stm, sq):
     """Whether en-passant square sq (on the rank the side to move captures on) is one a double
     push of the other side just passed: its pawn in front of sq, sq and the origin empty."""
