@@ -62,7 +62,7 @@ def _train(tmp_path, raw, threads, data, epochs=None):
 
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny_data, opt):
-    # tiny: 3,800 training positions = 7 full batches of 512 and one of 216 (not a multiple of 64)
+    # tiny: 3,723 training positions = 7 full batches of 512 and one of 139 (not a multiple of 64)
     assert len(tiny_data.train) % 512 and len(tiny_data.train) % 512 % 64
     ref_run, ref_hist = _train(tmp_path, _raw(opt, "eager"), 1, tiny_data)
     assert ref_run.step == 3 * 8

@@ -83,7 +83,7 @@ def test_train_log_one_line_per_epoch(cli_run):
 def test_checkpoint_contents(cli_run):
     _, out, _ = cli_run
     ck = _checkpoint(out)
-    assert int(ck["epoch"]) == 3 and int(ck["step"]) == 3 * 8    # 3,800 train positions / 512
+    assert int(ck["epoch"]) == 3 and int(ck["step"]) == 3 * 8    # 3,723 train positions / 512
     assert ck["theta"].shape == (2 * cw.N_PARAMS,) and np.isfinite(ck["theta"]).all()
     assert list(ck["history_epoch"]) == [1.0, 2.0, 3.0]
     assert (ck["history_train_loss"][1:] < ck["history_train_loss"][:-1]).all()
