@@ -126,7 +126,7 @@ def test_params_written_after_every_epoch(tmp_path, tiny_data):
     cfg = validate({"data": {"train": ["tiny"]},
                     "training": {"batch_size": 1024, "micro_batch_size": 256}}, "x")
     data = tiny_data
-    run = Run(cfg, tmp_path, epochs=1, threads=1, log=lambda s: None, progress=False)
+    run = Run(cfg, tmp_path, epochs=1, threads=1, log=lambda s: None)
     run.run(data)
     first = ParamRegistry.from_json(tmp_path / "params.json").defaults
     assert first.tobytes() == run.params.tobytes()
@@ -197,7 +197,7 @@ def tiny_cfg():
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("entry", [(0, 0), (5, 1), (400, 0)])
 def test_non_finite_parameter_stops_the_run(tmp_path, tiny_cfg, tiny_data, value, entry):
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None)
     run.run(tiny_data)
     files = {n: (tmp_path / n).read_bytes() for n in (CHECKPOINT, "params.json", "params.hpp")}
     run.params[entry] = value
@@ -222,7 +222,7 @@ def test_non_finite_result_names_its_batch(tmp_path, tiny_cfg, tiny_data):
     bad_row = tiny_data.train[1234]
     results[bad_row] = np.nan
     data = type(tiny_data)(tiny_data.positions, results, tiny_data.train, tiny_data.val)
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None)
     # the epoch's order comes from the run's shuffle RNG: replay it to find the batch
     rng = np.random.default_rng()
     rng.bit_generator.state = run.rng.bit_generator.state
@@ -253,7 +253,7 @@ def test_failure_message_claims_only_an_existing_checkpoint(tmp_path, tiny_cfg, 
     results = tiny_data.results.copy()
     results[tiny_data.train] = np.nan
     data = type(tiny_data)(tiny_data.positions, results, tiny_data.train, tiny_data.val)
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=1, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=1, log=lambda s: None)
     with pytest.raises(TrainingError) as e:
         run.run(data)
     assert not (tmp_path / CHECKPOINT).exists()
