@@ -18,7 +18,7 @@ from numba import njit
 
 from tuner.chess import attacks as A
 from tuner.chess.bitboard import lsb
-from tuner.chess.position import parse_fen, parse_fen_array, parse_fens, to_fen
+from tuner.chess.fen import parse_fen, parse_fen_array, parse_fens, to_fen
 
 U64 = np.uint64
 DEFAULT = "/work/shared/datasets/selfplay-std.parquet"

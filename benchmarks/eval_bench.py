@@ -26,7 +26,7 @@ from numba import njit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tuner.chess.position import parse_fens  # noqa: E402
+from tuner.chess.fen import parse_fens  # noqa: E402
 from tuner.evals.clockwork import N_PARAMS, features, record_eval, registry  # noqa: E402
 from tuner.tape import (backward, lin_clear, new_accumulator, new_tape, record_sum,  # noqa: E402
                         reset, zero_grad)

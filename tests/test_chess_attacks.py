@@ -20,9 +20,10 @@ import shared  # noqa: E402
 
 from tuner.chess import attacks as A  # noqa: E402
 from tuner.chess import bitboard as B  # noqa: E402
+from tuner.chess.fen import parse_fen, parse_fen_list, to_fen, to_fens  # noqa: E402
 from tuner.chess.position import (  # noqa: E402
-    W_BLACK, W_META, W_PAWN, W_WHITE, castling_rook_file, ep_square, fullmove_number,
-    halfmove_clock, parse_fen, parse_fen_list, phase, piece_on, side_to_move, to_fen, to_fens)
+    NO_PIECE, W_BLACK, W_META, W_PAWN, W_WHITE, castling_rook_file, ep_square, fullmove_number,
+    halfmove_clock, phase, piece_on, side_to_move)
 
 DATASETS = str(shared.DATASETS)
 SPEC = str(shared.SPEC)
@@ -233,7 +234,7 @@ def test_spec_worked_examples():
     A.attacker_counts(pos, counts)
     assert counts[0, chess.B6] == 1 and counts[1, chess.B6] == 0
     # empty square: attacks_from is 0; piece_on is -1
-    assert int(A.attacks_from(pos, chess.A1)) == 0 and piece_on(pos, chess.A1) == -1
+    assert int(A.attacks_from(pos, chess.A1)) == 0 and piece_on(pos, chess.A1) == NO_PIECE
 
 
 def test_bitboard_helpers_on_positions(checked):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from textedit import replace_once
 from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.schema import ROW_GROUP_ROWS
 
@@ -32,11 +33,15 @@ CORPUS = [
     ("clockwork", START + ";x", "bad result token 'x'"),
     ("clockwork", START + ";", "bad result token ''"),
     ("clockwork", START + ";1-0", "bad result token '1-0'"),
-    ("clockwork", START.replace("K", "1", 1) + ";w", "White has 0 kings"),
-    ("clockwork", START.replace("pppppppp", "ppppppp", 1) + ";w", "rank 7 has 7 files"),
-    ("clockwork", "p" + START[1:] + ";w", "pawn on a8"),
-    ("clockwork", START.replace(" w ", " W ") + ";w", "side to move"),
-    ("clockwork", START.replace("KQkq", "KQkqK") + ";w", "castling"),
+    ("clockwork", replace_once(START, "RNBQKBNR", "RNBQ1BNR") + ";w", "White has 0 kings"),
+    ("clockwork", replace_once(START, "/pppppppp/", "/ppppppp/") + ";w", "rank 7 has 7 files"),
+    ("clockwork", "p" + replace_once(START[1:], "/pppppppp/", "/1ppppppp/") + ";w", "pawn on a8"),
+    ("clockwork", "4k3/8/8/8/8/1P6/PPPPPPPP/4K3 w - - 0 1;w", "White has 9 pawns (at most 8)"),
+    ("clockwork", "4k3/8/8/8/8/8/8/4r1K1 b - - 0 1;w", "White's king on g1 is in check"),
+    ("clockwork", "4k3/8/8/8/8/8/8/4K3 w KQ - 0 1;w", "castling: right 'K' names no White rook"),
+    ("clockwork", replace_once(START, " - 0 1", " e6 0 1") + ";w", "no Black pawn stands on e5"),
+    ("clockwork", replace_once(START, " w ", " W ") + ";w", "side to move"),
+    ("clockwork", replace_once(START, "KQkq", "KQkqK") + ";w", "castling"),
     ("clockwork", START + " 7;w", "extra fields"),
     ("clockwork", "é" + START + ";w", "bad FEN"),
     ("bracket", START + " [2.0]", "bad result token [2.0]"),
@@ -52,7 +57,7 @@ CORPUS = [
     ("epd", START[:-4] + ' c9 "2-0";', 'bad c9 result "2-0"'),
     ("epd", START[:-4] + " bm e4;", "no c9"),
     ("epd", START[:-4] + ' c9 "1-0"; hmvc x;', "bad hmvc"),
-    ("epd", START[:-4].replace("8/8/8/8", "8/8/8") + ' c9 "1-0";', "bad FEN"),
+    ("epd", replace_once(START[:-4], "8/8/8/8", "8/8/8") + ' c9 "1-0";', "bad FEN"),
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.formats import classify_line, detect_format
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.compiling import COMPILING
 from tuner.cli import main
 from tuner.evals import clockwork as cw
@@ -48,6 +48,24 @@ def test_eval_file_with_bad_line(runner, tmp_path):
     assert len(err) == 2
     assert err[0].startswith(f"{f}:2: ") and "piece placement" in err[0]
     assert err[1].startswith(f"{f}:5: ") and "king" in err[1]
+
+
+def test_eval_names_illegal_positions_per_line(runner, tmp_path):
+    f = tmp_path / "illegal.txt"
+    f.write_text(f"{START}\n"
+                 "4k3/8/8/8/8/8/8/4r1K1 b - - 0 1\n"
+                 "4k3/8/8/8/8/8/8/4K3 w KQ - 0 1\n"
+                 "4k3/8/8/8/8/8/8/4K3 w - e6 0 1\n"
+                 "4k3/8/8/8/8/1P6/PPPPPPPP/4K3 w - - 0 1\n")
+    r = runner.invoke(main, ["eval", "--file", str(f)])
+    assert r.exit_code != 0
+    assert r.stdout.splitlines() == [f"{START};59"]
+    assert r.stderr.splitlines() == [
+        f"{f}:2: side to move: Black to move, but White's king on g1 is in check: 'b'",
+        f"{f}:3: castling: right 'K' names no White rook on that side of the king on rank 1: 'KQ'",
+        f"{f}:4: en passant: e6, but no Black pawn stands on e5 (no double push was just made): "
+        "'e6'",
+        f"{f}:5: piece placement: White has 9 pawns (at most 8): '4k3/8/8/8/8/1P6/PPPPPPPP/4K3'"]
 
 
 def test_eval_stdin(runner):

@@ -12,7 +12,7 @@ import pytest
 
 import shared
 
-from tuner.chess.position import parse_fen, parse_fen_list
+from tuner.chess.fen import parse_fen, parse_fen_list
 from tuner.evals import clockwork as cw
 from tuner.tape import backward, new_accumulator, new_tape, reset, zero_grad
 
@@ -54,6 +54,7 @@ def test_registry_layout(reg):
     assert reg.n_params == cw.N_PARAMS == 541
     assert int(reg.constant.sum()) == 6 and int((~reg.constant).sum()) == 535
     assert len(reg.groups) == 50
+    assert list(cw.OFFSETS) == reg.names  # every group, in registration order
     for name, off in cw.OFFSETS.items():
         assert reg.offset(name) == off, name
     # the constants are exactly the index-0 entries of the distance and king-ring tables
@@ -234,8 +235,9 @@ def test_int_eval_truncation_and_wrap():
 
 
 def test_sixteen_bit_wrap_on_absurd_material():
-    """Spec section 5: 15 white queens against a bare king wrap to a negative engine eval."""
-    ie, cont, mg, eg, p, _ = cw.evaluate_fen("QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K w - - 0 1")
+    """Spec section 5: 15 white queens against a bare king wrap to a negative engine eval (Black
+    to move: with White to move the position is illegal, Black's king being in check)."""
+    ie, cont, mg, eg, p, _ = cw.evaluate_fen("QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K b - - 0 1")
     assert mg > 32767 and cont > 0 and ie < 0
     assert ie == _ref_int_eval(int(mg), int(eg), p)
 

@@ -15,7 +15,7 @@ import pytest
 import shared
 from test_eval_clockwork import _colour_flip
 
-from tuner.chess.position import parse_fen, parse_fen_list
+from tuner.chess.fen import parse_fen, parse_fen_list
 from tuner.evals import clockwork_10d79e6 as ev
 from tuner.evals import get_evaluation
 from tuner.tape import backward, forward, reset, zero_grad

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 import shared
 
 from tuner.cli import main
+from tuner.evals import clockwork as cw
 from tuner.evals import clockwork_10d79e6 as ev
 from tuner.evals.export import cpp_round, export, round_params, to_cpp
 from tuner.evals.registry import ParamRegistry
@@ -241,6 +242,6 @@ def test_eval_cli_params(reg, tmp_path):
     assert r.stdout.splitlines() == [f"{KIWIPETE};{want[0]}", f"{ENDGAME};{want[1]}"]
     # a parameter file of the other evaluation is refused, naming the layout
     r = CliRunner().invoke(main, ["eval", "-e", "clockwork-10d79e6", "--params",
-                                  str(ev.PARAMS_PATH).replace("clockwork-10d79e6", "clockwork"),
+                                  cw.PARAMS_PATH,
                                   ENDGAME])
     assert r.exit_code != 0 and "627" in r.stderr

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from shared import DATASETS, REPO
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.cli import main
 from tuner.evals import CPP_ARRAY, CPP_CLOCKWORK, Evaluation, evaluation_of_params, get_evaluation
 from tuner.evals.export import round_half_away

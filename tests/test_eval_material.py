@@ -6,16 +6,10 @@ import numpy as np
 import pytest
 
 from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE
-from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.tape import backward, new_accumulator, new_tape, reset, zero_grad
 from tuner.train.config import validate
 from tuner.train.loop import Run, load_data
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_dataset("tiny", quiet=True)
 
 
 def _expected(positions, params):

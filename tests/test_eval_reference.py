@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shared
-from tuner.chess.position import parse_fen_list
+from tuner.chess.fen import parse_fen_list
 from tuner.evals import clockwork as cw
 
 REG = cw.registry()
@@ -234,7 +234,7 @@ def test_reference_on_worked_examples():
         "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
         "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
         "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45",
-        "QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K w - - 0 1",
+        "QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K b - - 0 1",  # Black to move: White to move is illegal
         "1k6/8/8/8/8/8/8/BBBBKBBB b - - 0 1",
     )])
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from textedit import replace_once
 from tuner.cli import main
 from tuner.evals import clockwork as cw
 from tuner.shipped import find_config, shipped_configs
@@ -147,9 +148,9 @@ def test_example_configs_are_valid():
 @pytest.mark.parametrize("text, needles", [
     (TINY + "[foo]\nx = 1\n", ["unknown section [foo]", "allowed: [data]"]),
     (TINY + "[optimizer]\nlrr = 1.0\n", ["unknown key 'lrr'", "allowed: name, lr,"]),
-    (TINY.replace("epochs = 1", 'epochs = "ten"'), ["[training] epochs", "integer"]),
+    (replace_once(TINY, "epochs = 1", 'epochs = "ten"'), ["[training] epochs", "integer"]),
     (TINY + "[optimizer]\nlr = -1.0\n", ["[optimizer] lr", "must be > 0"]),
-    (TINY.replace('["tiny"]', '["tiny"]\nvalidation_fraction = 1.5'),
+    (replace_once(TINY, '["tiny"]', '["tiny"]\nvalidation_fraction = 1.5'),
      ["[data] validation_fraction", "[0, 1)"]),
     (TINY + '[schedule]\ntype = "piecewise"\n', ["[[schedule.segments]]"]),
     (TINY + "[[freeze.stages]]\nfrom_epoch = 2\ntrain = ['*']\n"
@@ -159,7 +160,7 @@ def test_example_configs_are_valid():
      ["stages[0].train", "'PAWN_MATERIAL'", "matches no parameter"]),
     (TINY + "[[freeze.stages]]\nfrom_epoch = 0\ntrain = ['*']\nexclude = ['*_PQST']\n",
      ["stages[0].exclude", "'*_PQST'", "matches no parameter"]),
-    (TINY.replace('["tiny"]', '["no-such-dataset"]'), ["no-such-dataset"]),
+    (replace_once(TINY, '["tiny"]', '["no-such-dataset"]'), ["no-such-dataset"]),
     (TINY + "[training\n", ["not valid TOML"]),
     (TINY + '[evaluation]\ninit = "missing.json"\n', ["[evaluation] init", "missing.json"]),
 ])

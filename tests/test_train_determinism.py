@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from textedit import replace_once
 from tuner.cli import main
 from tuner.evals import clockwork as cw
 from tuner.evals import get_evaluation
 from tuner.train.config import ConfigError, load_config, validate
-from tuner.train.loop import CHECKPOINT, Run, TrainingError, load_data, start_run
+from tuner.train.loop import CHECKPOINT, Run, TrainingError, start_run
 from tuner.train.workers import Workers
 
 #: History columns that do not depend on timing.
@@ -50,12 +51,6 @@ def _raw(opt="adamw", mode="eager", lr=None):
             "training": {"epochs": 3, "batch_size": 512, "micro_batch_size": 64, "mode": mode}}
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    cfg = validate(_raw(), "x")
-    return load_data(cfg, lambda s: None)
-
-
 def _train(tmp_path, raw, threads, data, epochs=None):
     out = tmp_path / f"run-{raw['optimizer']['name']}-{raw['training']['mode']}-{threads}"
     out.mkdir()
@@ -65,10 +60,10 @@ def _train(tmp_path, raw, threads, data, epochs=None):
 
 
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
-def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny, opt):
-    # tiny: 3,800 training positions = 7 full batches of 512 and one of 216 (not a multiple of 64)
-    assert len(tiny.train) % 512 and len(tiny.train) % 512 % 64
-    ref_run, ref_hist = _train(tmp_path, _raw(opt, "eager"), 1, tiny)
+def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny_data, opt):
+    # tiny: 3,723 training positions = 7 full batches of 512 and one of 139 (not a multiple of 64)
+    assert len(tiny_data.train) % 512 and len(tiny_data.train) % 512 % 64
+    ref_run, ref_hist = _train(tmp_path, _raw(opt, "eager"), 1, tiny_data)
     assert ref_run.step == 3 * 8
     assert np.isfinite(ref_run.params).all()
     assert ref_hist["train_loss"][-1] < ref_hist["train_loss"][0]       # it does learn
@@ -77,26 +72,26 @@ def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny, opt):
         for threads in (1, 2, 3):
             if (mode, threads) == ("eager", 1):
                 continue
-            run, hist = _train(tmp_path, _raw(opt, mode), threads, tiny)
+            run, hist = _train(tmp_path, _raw(opt, mode), threads, tiny_data)
             assert run.params.tobytes() == ref_run.params.tobytes(), (mode, threads)
             assert run.m.tobytes() == ref_run.m.tobytes(), (mode, threads)
             assert run.v.tobytes() == ref_run.v.tobytes(), (mode, threads)
             assert hist == ref_hist, (mode, threads)
 
 
-def test_batch_gradient_is_thread_independent_and_correct(tiny):
+def test_batch_gradient_is_thread_independent_and_correct(tiny_data):
     """Workers.loss_grad for one batch equals a numpy Texel loss/gradient; any threads, any micro."""
     ev = get_evaluation("clockwork")
     rng = np.random.default_rng(5)
     params = np.array(cw.registry().defaults) * rng.uniform(0.5, 1.5, size=(cw.N_PARAMS, 2))
-    batch = rng.permutation(tiny.train)[:1000]
+    batch = rng.permutation(tiny_data.train)[:1000]
     k = 0.0025
     # numpy reference: e = counts . (alpha mg + (1 - alpha) eg)
-    counts, phases = cw.feature_counts(tiny.positions[batch])
+    counts, phases = cw.feature_counts(tiny_data.positions[batch])
     alpha = phases / 24.0
     e = (counts * alpha[:, None]) @ params[:, 0] + (counts * (1 - alpha)[:, None]) @ params[:, 1]
     s = 1.0 / (1.0 + np.exp(-k * e))
-    y = tiny.results[batch]
+    y = tiny_data.results[batch]
     ref_sse = np.sum((s - y) ** 2)
     dl_de = 2.0 * (s - y) * s * (1.0 - s) * k / len(batch)
     ref_grad = np.stack([(counts * (dl_de * alpha)[:, None]).sum(0),
@@ -106,9 +101,9 @@ def test_batch_gradient_is_thread_independent_and_correct(tiny):
     for threads, micro in [(1, 1000), (1, 64), (2, 64), (3, 64), (2, 7)]:
         w = Workers(ev, threads, micro, 1000)
         try:
-            sse, grad = w.loss_grad(params.reshape(-1), tiny.positions, tiny.results, batch, k)
+            sse, grad = w.loss_grad(params.reshape(-1), tiny_data.positions, tiny_data.results, batch, k)
             grad = grad.reshape(-1, 2)
-            sse2, none = w.loss_grad(params.reshape(-1), tiny.positions, tiny.results, batch, k,
+            sse2, none = w.loss_grad(params.reshape(-1), tiny_data.positions, tiny_data.results, batch, k,
                                      with_grad=False)
         finally:
             w.close()
@@ -122,11 +117,11 @@ def test_batch_gradient_is_thread_independent_and_correct(tiny):
         assert sse == same[0][1] and grad.tobytes() == same[0][2].tobytes()
 
 
-def test_val_loss_in_history_is_the_loss_of_the_final_parameters(tmp_path, tiny):
-    run, hist = _train(tmp_path, _raw(), 2, tiny)
-    ie, cont, *_ = cw.evaluate_positions(tiny.positions[tiny.val], run.params)
+def test_val_loss_in_history_is_the_loss_of_the_final_parameters(tmp_path, tiny_data):
+    run, hist = _train(tmp_path, _raw(), 2, tiny_data)
+    ie, cont, *_ = cw.evaluate_positions(tiny_data.positions[tiny_data.val], run.params)
     s = 1.0 / (1.0 + np.exp(-0.0025 * cont))
-    expected = np.mean((s - tiny.results[tiny.val]) ** 2)
+    expected = np.mean((s - tiny_data.results[tiny_data.val]) ** 2)
     assert hist["val_loss"][-1] == pytest.approx(expected, rel=1e-10)
     assert hist["epoch"] == [1.0, 2.0, 3.0]
 
@@ -196,9 +191,9 @@ def test_resume_through_the_cli(tmp_path):
     _assert_same_run(full, part)
     # a config differing only in epochs, threads and mode may be given explicitly on resume
     other = tmp_path / "other.toml"
-    other.write_text(cfg.read_text().replace("epochs = 4", "epochs = 9")
-                     .replace("threads = 1", "threads = 2")
-                     .replace('mode = "eager"', 'mode = "replay"'), encoding="utf-8")
+    text = replace_once(cfg.read_text(), "epochs = 4", "epochs = 9")
+    text = replace_once(text, "threads = 1", "threads = 2")
+    other.write_text(replace_once(text, 'mode = "eager"', 'mode = "replay"'), encoding="utf-8")
     r = runner.invoke(main, ["train", "--config", str(other), "--resume", str(full),
                              "--epochs", "5"])
     assert r.exit_code == 0, r.output

@@ -9,7 +9,6 @@ import pytest
 from numba import njit
 
 import nonlinear_eval
-from tuner.data import load_dataset
 from tuner.evals import EVALUATIONS, Evaluation, get_evaluation
 from tuner.evals import clockwork as cw
 from tuner.tape import lin_add, lin_record_pair, new_tape, record_const, record_phase, set_params
@@ -17,7 +16,7 @@ from tuner.tape.ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_S
                             KERNEL_BITS, record_pair_mul_value, tag)
 from tuner.tape.recording import C_RECORDS
 from tuner.train.config import validate
-from tuner.train.loop import Run, TrainingError, load_data
+from tuner.train.loop import Run, TrainingError
 from tuner.train.record import record_store
 from tuner.train.workers import Workers
 
@@ -27,11 +26,6 @@ K = 0.0025
 @pytest.fixture(autouse=True)
 def _register_test_evaluation(monkeypatch):
     monkeypatch.setitem(EVALUATIONS, nonlinear_eval.NAME, "nonlinear_eval")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_dataset("tiny", quiet=True)
 
 
 def _column(store, record_tag, j=0):
@@ -132,11 +126,11 @@ def _raw(name, mode, init="default", lr=8.0):
 
 @pytest.mark.parametrize("name, lr, clamp_form", [(nonlinear_eval.NAME, 8.0, F_ADD_CLAMPED_EG),
                                                    ("clockwork-10d79e6", 30.0, F_ADD_WINNABLE_EG)])
-def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_path, name, lr,
-                                                                           clamp_form):
+def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_path, tiny_data,
+                                                                           name, lr, clamp_form):
     """Whole runs, eager and replay, 1 and 2 threads: the same bits, although training moved
     the parameters far enough that positions changed strong side and clamp branch."""
-    data = load_data(validate(_raw(name, "eager"), "x"), lambda s: None)
+    data = tiny_data
     runs = {}
     for mode, threads in (("eager", 1), ("replay", 1), ("replay", 2)):
         out = tmp_path / f"{mode}-{threads}"

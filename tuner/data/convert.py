@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from .errors import MAX_BAD_KEPT, DatasetError, format_bad_list
 from .fastscan import MODES as SCAN_MODES
 from .fastscan import scan_block
-from .fenarrow import parse_fen_array, status_text
+from tuner.chess.fen import parse_fen_array
+from tuner.chess.status import status_text
 from .formats import DESCRIPTIONS, FORMATS, PARSERS, detect_format
 from .schema import ROW_GROUP_ROWS, output_schema
 

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import MAX_BAD_KEPT, BadRow, DatasetError, format_bad_list
-from .fenarrow import parse_fen_array, status_text
+from tuner.chess.fen import parse_fen_array
+from tuner.chess.status import status_text
 from .registry import Resolved, resolve
 from .schema import check_schema
 

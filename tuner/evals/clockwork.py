@@ -46,7 +46,6 @@ INLINE = dict(JIT, inline="always")
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "clockwork.json")
 PHASE_MAX = 24
-K = 0.0025
 
 # ---------------------------------------------------------------------------------------------
 # Flat offsets of the parameter groups (registration order, spec section 7). Checked against the
@@ -104,8 +103,34 @@ QUEEN_PSQT = 413
 KING_PSQT = 477
 N_PARAMS = 541
 
-OFFSETS = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, int)
-           and k not in ("N_PARAMS", "PHASE_MAX")}
+#: Every group's offset by name, in registration order (the njit code reads the constants above).
+OFFSETS = {
+    "PAWN_MAT": PAWN_MAT, "KNIGHT_MAT": KNIGHT_MAT, "BISHOP_MAT": BISHOP_MAT, "ROOK_MAT": ROOK_MAT,
+    "QUEEN_MAT": QUEEN_MAT, "TEMPO_VAL": TEMPO_VAL, "BISHOP_PAIR_VAL": BISHOP_PAIR_VAL,
+    "ROOK_OPEN_VAL": ROOK_OPEN_VAL, "ROOK_SEMIOPEN_VAL": ROOK_SEMIOPEN_VAL,
+    "DOUBLED_PAWN_VAL": DOUBLED_PAWN_VAL, "POTENTIAL_CHECKER_VAL": POTENTIAL_CHECKER_VAL,
+    "OUTPOST_KNIGHT_VAL": OUTPOST_KNIGHT_VAL, "OUTPOST_BISHOP_VAL": OUTPOST_BISHOP_VAL,
+    "PAWN_PUSH_THREAT_KNIGHT": PAWN_PUSH_THREAT_KNIGHT,
+    "PAWN_PUSH_THREAT_BISHOP": PAWN_PUSH_THREAT_BISHOP,
+    "PAWN_PUSH_THREAT_ROOK": PAWN_PUSH_THREAT_ROOK,
+    "PAWN_PUSH_THREAT_QUEEN": PAWN_PUSH_THREAT_QUEEN, "PAWN_PHALANX": PAWN_PHALANX,
+    "DEFENDED_PAWN": DEFENDED_PAWN, "PASSED_PAWN": PASSED_PAWN,
+    "DEFENDED_PASSED_PUSH": DEFENDED_PASSED_PUSH, "BLOCKED_PASSED_PAWN": BLOCKED_PASSED_PAWN,
+    "FRIENDLY_KING_PASSED_PAWN_DISTANCE": FRIENDLY_KING_PASSED_PAWN_DISTANCE,
+    "ENEMY_KING_PASSED_PAWN_DISTANCE": ENEMY_KING_PASSED_PAWN_DISTANCE,
+    "KNIGHT_MOBILITY": KNIGHT_MOBILITY, "BISHOP_MOBILITY": BISHOP_MOBILITY,
+    "ROOK_MOBILITY": ROOK_MOBILITY, "QUEEN_MOBILITY": QUEEN_MOBILITY,
+    "KING_MOBILITY": KING_MOBILITY, "KNIGHT_KING_RING": KNIGHT_KING_RING,
+    "BISHOP_KING_RING": BISHOP_KING_RING, "ROOK_KING_RING": ROOK_KING_RING,
+    "QUEEN_KING_RING": QUEEN_KING_RING, "PAWN_THREAT_KNIGHT": PAWN_THREAT_KNIGHT,
+    "PAWN_THREAT_BISHOP": PAWN_THREAT_BISHOP, "PAWN_THREAT_ROOK": PAWN_THREAT_ROOK,
+    "PAWN_THREAT_QUEEN": PAWN_THREAT_QUEEN, "KNIGHT_THREAT_BISHOP": KNIGHT_THREAT_BISHOP,
+    "KNIGHT_THREAT_ROOK": KNIGHT_THREAT_ROOK, "KNIGHT_THREAT_QUEEN": KNIGHT_THREAT_QUEEN,
+    "BISHOP_THREAT_KNIGHT": BISHOP_THREAT_KNIGHT, "BISHOP_THREAT_ROOK": BISHOP_THREAT_ROOK,
+    "BISHOP_THREAT_QUEEN": BISHOP_THREAT_QUEEN, "BISHOP_PAWNS": BISHOP_PAWNS,
+    "PAWN_PSQT": PAWN_PSQT, "KNIGHT_PSQT": KNIGHT_PSQT, "BISHOP_PSQT": BISHOP_PSQT,
+    "ROOK_PSQT": ROOK_PSQT, "QUEEN_PSQT": QUEEN_PSQT, "KING_PSQT": KING_PSQT,
+}
 
 # ---------------------------------------------------------------------------------------------
 # Bitboard constants (np.uint64 so that numba never promotes to float).
@@ -484,7 +509,7 @@ def evaluate_fen(fen: str, params=None):
     totals ``counts . values``. Raises ValueError for an invalid FEN or a position outside the
     evaluation's domain (see `check_domain`).
     """
-    from tuner.chess.position import parse_fen
+    from tuner.chess.fen import parse_fen
 
     pos = parse_fen(fen)
     check_domain(pos)

@@ -52,8 +52,9 @@ from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, ch
                                   file_fill, file_mask, file_of, flip_vertical, lsb, north_east,
                                   north_fill, north_west, popcount, rank_of, south_fill, test_bit,
                                   west)
+from tuner.chess.fen import parse_fen
 from tuner.chess.position import (BISHOP, BLACK, KING, KNIGHT, PAWN, QUEEN, ROOK, W_BLACK, W_META,
-                                  W_PAWN, W_WHITE, WHITE, parse_fen)
+                                  W_PAWN, W_WHITE, WHITE)
 from tuner.tape import (LinearAccumulator, lin_add, lin_clear,
                         lin_record_pair, new_accumulator, new_tape, operand_mark, push_operand,
                         record_add_winnable_eg, record_eg_scale_by_sign, record_lincomb_pair,

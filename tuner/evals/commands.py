@@ -54,7 +54,8 @@ def _parse_all(items):
     """Bulk-parse; returns (positions of the valid items, [(index, label, fen)], [(label, reason)])."""
     import numpy as np
 
-    from tuner.chess.position import parse_fen, parse_fen_list, status_reason
+    from tuner.chess.fen import parse_fen, parse_fen_list
+    from tuner.chess.status import status_reason
 
     from .common import check_domain
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tuner.data.fenarrow import parse_fen_array
+from tuner.chess.fen import parse_fen_array
 from .record import record_store
 from .workers import Workers
 
