@@ -230,3 +230,17 @@ def test_diff_of_two_evaluations_names_the_first_differing_group():
     with pytest.raises(ParamFileError, match=r"6 groups vs 50 \(first extra group: BISHOP_PAIR_VAL "
                                              r"in a.json\)"):
         check_same_layout(a, ParamRegistry(a.groups[:6], a.defaults[:6]), "a.json", "b.json")
+
+
+def test_an_unwritable_output_is_a_one_line_error(tmp_path):
+    small_registry(tmp_path / "p.json")
+    missing = tmp_path / "no" / "such" / "dir"
+    result = CliRunner().invoke(main, ["plot", str(tmp_path / "p.json"), "-o", str(missing)])
+    assert (result.exit_code, result.output) == (
+        1, f"Error: {missing}: cannot write the pictures (No such file or directory)\n")
+    b = edited(CLOCKWORK, tmp_path, {("TEMPO_VAL",): (1, 1)})
+    result = CliRunner().invoke(main, ["diff", CLOCKWORK, b, "-o", str(missing / "d.png")])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (f"Error: {missing / 'd.png'}: cannot write the "
+                                              f"picture (No such file or directory)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "p.json"]

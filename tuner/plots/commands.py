@@ -82,5 +82,6 @@ def diff_cmd(before: str, after: str, top: int, out: str | None) -> None:
         write_changes_plot(found, top, path, f"largest changes: {Path(before).name} -> "
                                              f"{Path(after).name}")
     except OSError as e:
-        raise click.ClickException(f"{path}: cannot write the picture ({e.strerror or e})") from None
+        reason = e.strerror or e
+        raise click.ClickException(f"{path}: cannot write the picture ({reason})") from None
     click.echo(f"wrote {path}")

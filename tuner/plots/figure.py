@@ -15,6 +15,11 @@ from tuner.fileio import atomic_write
 
 #: Resolution of the written PNGs (dots per inch of the figure sizes given in inches).
 DPI = 100
+#: Shared style: opacity of grid lines, font size of dense labels (board cells, many ticks), the
+#: height a figure title takes (inches).
+GRID_ALPHA = 0.3
+SMALL_FONT = 7
+TITLE_INCHES = 0.6
 
 
 def new_figure(width: float, height: float) -> Figure:

@@ -22,7 +22,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from tuner.evals.registry import PAIR, ParamGroup, ParamRegistry
-from .figure import new_figure, save_png
+from .figure import GRID_ALPHA, SMALL_FONT, TITLE_INCHES, new_figure, save_png
 
 FILES = "abcdefgh"
 RANKS = "12345678"
@@ -35,13 +35,23 @@ PHASE_COLOURS = ("tab:blue", "tab:orange")
 VALUE_COLOUR = "tab:purple"
 BOARD_CMAP = "RdBu_r"  # signed: blue below zero, white at zero, red above
 EMPTY_SQUARE = "#d9d9d9"  # squares a table does not cover (a pawn table's first and last rank)
-#: Inches per board, per bar-chart panel, per bar of the scalar chart; panels per row of bars.
+#: Inches per board, per bar-chart panel (width, height), per bar of a scalar chart plus its
+#: frame (title, axis), and of a row's colour bar; panels per row of bars.
 BOARD_INCHES = 3.4
 PANEL_INCHES = (5.4, 3.0)
-SCALAR_BAR_INCHES = 0.24
+SCALAR_BAR_INCHES, SCALAR_FRAME_INCHES = 0.24, 0.8
+COLOURBAR_INCHES = 1.2
 PANEL_COLUMNS = 3
-#: Cells whose value is at least this fraction of the scale get white text (dark background).
+#: Colour bars span this fraction of their row; bars of one label share this width (1 = touching
+#: the next label's); tick labels turn vertical from this many bars on.
+COLOURBAR_SHRINK = 0.8
+BAR_GROUP_WIDTH = 0.8
+VERTICAL_LABELS_FROM = 16
+ZERO_LINE_WIDTH = 0.6
+#: Cells whose value is at least this fraction of the scale get white text (dark background);
+#: cells show whole numbers when the scale reaches WHOLE_NUMBERS_FROM, one decimal below it.
 DARK_CELL_FRACTION = 0.6
+WHOLE_NUMBERS_FROM = 10
 
 
 class FirstSquare(str, enum.Enum):
@@ -115,14 +125,14 @@ def _draw_board(ax, grid: np.ndarray, norm: Normalize, title: str):
     ax.set_yticks(range(BOARD_SIZE), list(RANKS))
     ax.tick_params(length=0)
     ax.set_title(title)
-    digits = 0 if norm.vmax >= 10 else 1
+    digits = 0 if norm.vmax >= WHOLE_NUMBERS_FROM else 1
     for rank in range(BOARD_SIZE):
         for file in range(BOARD_SIZE):
             v = grid[rank, file]
             if np.isfinite(v):
                 dark = abs(v) >= DARK_CELL_FRACTION * norm.vmax
-                ax.text(file, rank, f"{v:.{digits}f}", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "black")
+                ax.text(file, rank, f"{v:.{digits}f}", ha="center", va="center",
+                        fontsize=SMALL_FONT, color="white" if dark else "black")
     return image
 
 
@@ -134,7 +144,7 @@ def boards_figure(registry: ParamRegistry, values: np.ndarray, first: FirstSquar
     tables = [g for g in registry.pair_groups if is_board(g)]
     if not tables:
         return None
-    fig = new_figure(2 * BOARD_INCHES + 1.2, BOARD_INCHES * len(tables) + 0.6)
+    fig = new_figure(2 * BOARD_INCHES + COLOURBAR_INCHES, BOARD_INCHES * len(tables) + TITLE_INCHES)
     fig.suptitle(title)
     axes = fig.subplots(len(tables), len(PHASES), squeeze=False)
     for row, g in zip(axes, tables):
@@ -142,7 +152,7 @@ def boards_figure(registry: ParamRegistry, values: np.ndarray, first: FirstSquar
         norm = Normalize(-_scale(pairs), _scale(pairs))
         for k, (ax, phase) in enumerate(zip(row, PHASES)):
             image = _draw_board(ax, board_grid(pairs[:, k], first), norm, f"{g.name} {phase}")
-        fig.colorbar(image, ax=list(row), shrink=0.8)
+        fig.colorbar(image, ax=list(row), shrink=COLOURBAR_SHRINK)
     return fig
 
 
@@ -161,17 +171,18 @@ def draw_bars(ax, labels: list[str], pairs: np.ndarray | None, values: np.ndarra
     series = ([(pairs[:, k], phase, colour) for k, (phase, colour)
                in enumerate(zip(PHASES, PHASE_COLOURS))] if pairs is not None
               else [(values, "value", VALUE_COLOUR)])
-    width = 0.8 / len(series)
+    width = BAR_GROUP_WIDTH / len(series)
     for k, (v, label, colour) in enumerate(series):
         at = pos + (k - (len(series) - 1) / 2) * width * (-1 if horizontal else 1)
         (ax.barh if horizontal else ax.bar)(at, v, width, color=colour, label=label)
     if horizontal:
         ax.set_yticks(pos, labels)
-        ax.axvline(0, color="black", linewidth=0.6)
+        ax.axvline(0, color="black", linewidth=ZERO_LINE_WIDTH)
     else:
-        ax.set_xticks(pos, labels, rotation=90 if len(labels) > 16 else 0, fontsize=7)
-        ax.axhline(0, color="black", linewidth=0.6)
-    ax.grid(True, axis="x" if horizontal else "y", alpha=0.3)
+        ax.set_xticks(pos, labels, rotation=90 if len(labels) >= VERTICAL_LABELS_FROM else 0,
+                      fontsize=SMALL_FONT)
+        ax.axhline(0, color="black", linewidth=ZERO_LINE_WIDTH)
+    ax.grid(True, axis="x" if horizontal else "y", alpha=GRID_ALPHA)
 
 
 @dataclass(frozen=True)
@@ -212,9 +223,9 @@ def tables_figure(registry: ParamRegistry, values: np.ndarray, value_values: np.
     if not scalars and not arrays:
         return None
     array_rows = -(-len(arrays) // PANEL_COLUMNS)
-    heights = [SCALAR_BAR_INCHES * len(p.labels) + 0.8 for p in scalars]
+    heights = [SCALAR_BAR_INCHES * len(p.labels) + SCALAR_FRAME_INCHES for p in scalars]
     heights += [PANEL_INCHES[1]] * array_rows
-    fig = new_figure(PANEL_INCHES[0] * PANEL_COLUMNS, sum(heights) + 0.6)
+    fig = new_figure(PANEL_INCHES[0] * PANEL_COLUMNS, sum(heights) + TITLE_INCHES)
     fig.suptitle(title)
     grid = fig.add_gridspec(len(heights), PANEL_COLUMNS, height_ratios=heights)
     for row, p in enumerate(scalars):

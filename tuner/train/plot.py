@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from tuner.plots.figure import new_figure, save_png
+from tuner.plots.figure import GRID_ALPHA, new_figure, save_png
 
 #: The keys `history` must have: 1-based epochs, then one value per epoch.
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "lr")
@@ -24,8 +25,10 @@ LOG_EPOCHS_FROM = 100
 #: A loss or learning-rate series whose largest / smallest positive value reaches this ratio is
 #: drawn on a logarithmic axis.
 LOG_RATIO_FROM = 10.0
-#: Series with at most this many epochs are drawn with a marker at every epoch.
+#: Series with at most this many epochs are drawn with a marker at every epoch; marker sizes
+#: (points) of those and of the best epoch's star.
 MARKERS_UP_TO = 60
+MARKER_SIZE, BEST_MARKER_SIZE = 3, 14
 #: Figure size in inches (1000 x 560 pixels at `tuner.plots.figure.DPI`).
 SIZE = (10.0, 5.6)
 TRAIN_COLOUR, VAL_COLOUR, BEST_COLOUR, LR_COLOUR = "tab:blue", "tab:red", "tab:green", "tab:gray"
@@ -72,9 +75,10 @@ def loss_figure(history: Mapping[str, Sequence[float]], *, best_epoch: int | Non
 
     fig = new_figure(*SIZE)
     ax = fig.add_subplot()
-    ax.plot(epochs, train, color=TRAIN_COLOUR, marker=marker, markersize=3, label="training loss")
+    ax.plot(epochs, train, color=TRAIN_COLOUR, marker=marker, markersize=MARKER_SIZE,
+            label="training loss")
     if has_val:
-        ax.plot(epochs, val, color=VAL_COLOUR, marker=marker, markersize=3,
+        ax.plot(epochs, val, color=VAL_COLOUR, marker=marker, markersize=MARKER_SIZE,
                 label="validation loss")
     if best_epoch is not None:
         hits = np.flatnonzero(epochs == best_epoch)
@@ -82,20 +86,22 @@ def loss_figure(history: Mapping[str, Sequence[float]], *, best_epoch: int | Non
             raise ValueError(f"loss history: best epoch {best_epoch} is not one of its epochs "
                              f"({int(epochs[0])}..{int(epochs[-1])})")
         at = (val if has_val else train)[hits[-1]]
-        ax.axvline(best_epoch, color=BEST_COLOUR, linestyle=":", linewidth=1)
-        ax.plot([best_epoch], [at], linestyle="none", marker="*", markersize=14,
+        ax.axvline(best_epoch, color=BEST_COLOUR, linestyle=":")
+        ax.plot([best_epoch], [at], linestyle="none", marker="*", markersize=BEST_MARKER_SIZE,
                 color=BEST_COLOUR, label=f"best epoch {best_epoch}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss (mean squared error)")
     ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="major", alpha=GRID_ALPHA)
     if epochs.max() >= LOG_EPOCHS_FROM:
         ax.set_xscale("log")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
     if _wants_log(np.concatenate([train, val])):
         ax.set_yscale("log")
 
     ax_lr = ax.twinx()
-    ax_lr.plot(epochs, lr, color=LR_COLOUR, linestyle="--", linewidth=1, label="learning rate")
+    ax_lr.plot(epochs, lr, color=LR_COLOUR, linestyle="--", label="learning rate")
     ax_lr.set_ylabel("learning rate")
     if _wants_log(lr):
         ax_lr.set_yscale("log")
