@@ -110,7 +110,7 @@ def changes_figure(found: list[Change], top: int, title: str) -> Figure:
     draw_bars(ax, [c.name for c in shown], deltas, None, horizontal=True)
     ax.set_title(title)
     ax.set_xlabel("change (after - before)")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     return fig
 
 

@@ -232,7 +232,7 @@ def tables_figure(registry: ParamRegistry, values: np.ndarray, value_values: np.
         ax = fig.add_subplot(grid[row, :])
         draw_bars(ax, p.labels, p.pairs, p.values, horizontal=True)
         ax.set_title(p.title)
-        ax.legend(loc="lower right")
+        ax.legend(loc="best")
     for k, p in enumerate(arrays):
         ax = fig.add_subplot(grid[len(scalars) + k // PANEL_COLUMNS, k % PANEL_COLUMNS])
         draw_bars(ax, p.labels, p.pairs, p.values)
