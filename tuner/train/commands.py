@@ -46,7 +46,9 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     except KeyboardInterrupt:
         click.echo("\ninterrupted; the last checkpoint is kept (resume with --resume)", err=True)
         sys.exit(130)
-    click.echo(f"done: parameters in {run.out / 'params.json'} and {run.out / 'params.hpp'}")
+    best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
+            if run.best_epoch else "")
+    click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")
 
 
 @click.command("bench")
