@@ -22,7 +22,7 @@ def test_log_history_and_stages_agree_on_the_epoch_numbers(tmp_path):
     }, "x")
     lines = []
     data = load_data(cfg, lambda s: None)
-    run = Run(cfg, tmp_path, epochs=2, log=lines.append, progress=False)
+    run = Run(cfg, tmp_path, epochs=2, log=lines.append)
     initial = run.params.copy()
     run.run(data)
     after_2 = run.params.copy()
