@@ -22,7 +22,7 @@ from tuner.chess.bitboard import lsb
 from tuner.chess.position import parse_fen, parse_fen_array, parse_fens, to_fen
 
 U64 = np.uint64
-DEFAULT = str(Path(__file__).resolve().parent.parent / "datasets" / "selfplay-std.parquet")
+DEFAULT = str(Path(__file__).resolve().parent.parent / "tuner" / "samples" / "selfplay-std.parquet")
 
 
 def _median_time(fn, runs):

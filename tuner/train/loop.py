@@ -36,6 +36,7 @@ import numpy as np
 
 from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
+from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
 from tuner.fileio import atomic_write
 from .config import Config, ConfigError, load_config
@@ -76,15 +77,18 @@ class Data:
     val_games: int = 0
 
 
+def find_data(cfg: Config) -> list[Resolved]:
+    """The files of ``[data] train`` (tuner.data.registry's lookup order; checksums checked)."""
+    return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
+
+
 def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
     """Load every dataset of ``[data] train`` and hold out whole games for validation."""
     d = cfg["data"]
     blend = cfg["loss"]["score_blend"] > 0
     positions, results, scores, games, sources = [], [], [], [], []
-    for name in d["train"]:
-        p = cfg.resolve_path(name)
-        target = str(p) if (p.suffix == ".parquet" or p.exists()) else name
-        ds = load_dataset(target, policy=d["policy"], with_game=True, need_scores=blend)
+    for found in find_data(cfg):
+        ds = load_dataset(found, policy=d["policy"], with_game=True, need_scores=blend)
         by = "games" if ds.game is not None else f"blocks of {d['split_block']:,} positions"
         log(f"data: {ds.source}: {len(ds):,} positions"
             + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else "") + f"; split by {by}")
@@ -535,8 +539,10 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     if (out_dir / CHECKPOINT).exists():
         raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to continue "
                             f"it, or choose another --out")
+    run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
+    find_data(cfg)  # a missing dataset fails before the run directory exists
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(config_path, out_dir / "config.toml")
     (out_dir / "run.json").write_text(json.dumps({"config": str(cfg.path)}), encoding="utf-8")
     (out_dir / "train.log").write_text("", encoding="utf-8")
-    return Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
+    return run
