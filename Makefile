@@ -20,9 +20,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The tape, the fixed `tuner bench` run, the roofline at 6.97 M positions and the scaling table
+# (benchmarks/scaling.md): about 15 minutes on 2 cores, up to 10 GB of memory.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tape_bench.py
 	$(BIN)/tuner bench
+	$(BIN)/python benchmarks/roofline.py --repeat 2
+	$(BIN)/python benchmarks/scaling.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

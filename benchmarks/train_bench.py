@@ -15,25 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from tuner.data import load_dataset
+from tuner.train.bench import CPP_BENCH_POSITIONS, tiled_data
 from tuner.train.config import validate
-from tuner.train.loop import Data, Run
-
-
-def tiled_data(n: int) -> Data:
-    parts = [load_dataset(name, quiet=True) for name in ("selfplay-std", "selfplay-dfrc")]
-    pos = np.concatenate([p.positions for p in parts])
-    res = np.concatenate([p.results for p in parts])
-    reps = -(-n // len(res))
-    pos, res = np.tile(pos, (reps, 1))[:n], np.tile(res, reps)[:n]
-    return Data(pos, res, np.arange(n), np.arange(0), ["tiled sample"])
+from tuner.train.loop import Run
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--positions", type=int, default=6_970_000)
+    ap.add_argument("--positions", type=int, default=CPP_BENCH_POSITIONS)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--modes", nargs="+", default=["replay"], choices=["replay", "eager"])

@@ -465,88 +465,164 @@ def _is_linear_texel(recs: np.ndarray, out_slots: np.ndarray) -> bool:
             and out_slots[0] == recs[1, 1] and out_slots[1] == recs[2, 1])
 
 
-def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) -> Store:
-    """Merge the chunks of `extract` (in position order) into one `Store`."""
-    keys: dict[bytes, int] = {}
-    t_recs, t_infos = [], []
-    tmpl_parts = []
-    for ch in chunks:
+class _Growing:
+    """An array filled from the front, grown in place (``ndarray.resize``: the allocator remaps
+    the pages, nothing is copied) and promoted to a wider dtype when a block needs one. Rows
+    allocated but never written are never touched, so a generous capacity costs no memory."""
+
+    def __init__(self, dtype, width: int = 0, capacity: int = 0):
+        self.width = width              # 0: one-dimensional
+        self.a = np.empty(self._shape(capacity, width), dtype)
+        self.n = 0
+
+    @staticmethod
+    def _shape(rows: int, width: int):
+        return (rows, width) if width else (rows,)
+
+    def append(self, block: np.ndarray) -> None:
+        k = len(block)
+        dtype = np.promote_types(self.a.dtype, block.dtype)
+        width = max(self.width, block.shape[1]) if self.width else 0
+        if dtype != self.a.dtype or width != self.width:  # rare: a wider dtype or more columns
+            wider = np.zeros(self._shape(max(len(self.a), self.n + k), width), dtype)
+            if width:
+                wider[: self.n, : self.width] = self.a[: self.n]
+            else:
+                wider[: self.n] = self.a[: self.n]
+            self.a, self.width = wider, width
+        if self.n + k > len(self.a):
+            self.a.resize(self._shape(max(self.n + k, len(self.a) * 3 // 2), self.width),
+                          refcheck=False)
+        if self.width:
+            self.a[self.n: self.n + k, : block.shape[1]] = block
+            self.a[self.n: self.n + k, block.shape[1]:] = 0
+        else:
+            self.a[self.n: self.n + k] = block
+        self.n += k
+
+    def trimmed(self) -> np.ndarray:
+        """The filled part (the array itself, shrunk in place: the tail's pages are returned)."""
+        self.a.resize(self._shape(self.n, self.width), refcheck=False)
+        return self.a
+
+
+def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray:
+    """The concatenated per-position lists `flat` (position i has ``counts[i]`` entries) as a
+    zero-padded matrix of `width` columns."""
+    out = np.zeros((len(counts), width), dtype)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    out[rows, np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)] = flat
+    return out
+
+
+class StoreBuilder:
+    """Merges the chunks of `extract`, in position order, into one `Store` as they come: each
+    chunk is copied once into arrays grown in place, so building costs the store's own memory,
+    not a copy of every chunk besides it. `expected` positions (a hint) size the arrays."""
+
+    def __init__(self, n_value_params: int, n_pair_params: int, expected: int = 0):
+        self.params = np.array([n_value_params, n_pair_params], np.int64)
+        self.keys: dict[bytes, int] = {}
+        self.t_recs: list[np.ndarray] = []
+        self.t_infos: list[np.ndarray] = []
+        self.n_seg = 1
+        self.expected = expected
+        self.tmpl = _Growing(np.uint16, capacity=expected)
+        self.n_opnd = _Growing(np.int64, capacity=expected)
+        self.nary = _Growing(np.uint16, 1, expected)
+        self.full = _Growing(np.float64, 1, expected)   # every scalar, a row per position
+        self.index = self.coef = None
+
+    def add(self, ch: Chunk) -> None:
         n_t = int(ch.counts[0])
+        self.n_seg = ch.t_info.shape[1] - 4
         local = np.empty(n_t, np.int64)
         for t in range(n_t):
             recs = ch.t_rec[ch.t_first[t]: ch.t_first[t + 1]]
             key = recs.tobytes() + ch.t_info[t, 1:].tobytes()
-            if key not in keys:
-                keys[key] = len(t_recs)
-                t_recs.append(recs)
-                t_infos.append(ch.t_info[t, 1:])
-            local[t] = keys[key]
-        tmpl_parts.append(local[ch.tmpl])
-    if len(t_recs) > np.iinfo(np.uint16).max:
-        raise FreezeError(f"{len(t_recs)} distinct record structures: more than a store holds")
-    tmpl = np.concatenate(tmpl_parts) if tmpl_parts else np.zeros(0, np.int64)
-    n = len(tmpl)
-    n_seg = chunks[0].t_info.shape[1] - 4 if chunks else 1
-    info = np.array(t_infos, np.int64).reshape(len(t_recs), 3 + n_seg)
-    recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
-    t_first = np.zeros(len(t_recs) + 1, np.int64)
-    np.cumsum([len(r) for r in t_recs], out=t_first[1:])
+            if key not in self.keys:
+                self.keys[key] = len(self.t_recs)
+                self.t_recs.append(recs)
+                self.t_infos.append(ch.t_info[t, 1:])
+            local[t] = self.keys[key]
+        if len(self.t_recs) > np.iinfo(np.uint16).max:
+            raise FreezeError(f"{len(self.t_recs)} distinct record structures: more than a "
+                              f"store holds")
+        n = len(ch.tmpl)
+        if self.index is None:  # operands per position of the first chunk size the rest
+            room = int(len(ch.index) / max(1, n) * max(self.expected, n) * 1.25) + 1
+            self.index = _Growing(ch.index.dtype, capacity=room)
+            self.coef = _Growing(ch.coef.dtype, capacity=room)
+        self.tmpl.append(local[ch.tmpl].astype(np.uint16))
+        self.n_opnd.append(ch.n_opnd)
+        self.nary.append(_rows(ch.nary, ch.n_nary, max(1, int(ch.n_nary.max(initial=0))),
+                               np.uint16))
+        self.full.append(_rows(ch.scal, ch.n_scal, max(1, int(ch.n_scal.max(initial=0))),
+                               np.float64))
+        self.index.append(ch.index)
+        self.coef.append(ch.coef)
 
-    def cat(field, dtype):
-        parts = [getattr(ch, field) for ch in chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+    def finish(self) -> Store:
+        """The store (the builder is spent)."""
+        t_recs, n_seg = self.t_recs, self.n_seg
+        tmpl = self.tmpl.trimmed()
+        n = len(tmpl)
+        info = np.array(self.t_infos, np.int64).reshape(len(t_recs), 3 + n_seg)
+        recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
+        t_first = np.zeros(len(t_recs) + 1, np.int64)
+        np.cumsum([len(r) for r in t_recs], out=t_first[1:])
+        full = self.full.trimmed()
+        self.full = None
+        # A scalar column constant over a template moves into the template.
+        t_scol = np.full((len(recs), 2), -1, np.int32)
+        t_sconst = np.zeros((len(recs), 2))
+        plans = []
+        for t in range(len(t_recs)):
+            sel = np.flatnonzero(tmpl == t) if len(t_recs) > 1 else slice(None)
+            used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
+            r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
+            s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
+            bits = full[sel, : len(r_of)].view(np.int64)
+            first = bits[:1].copy()
+            const = np.all(bits == first, axis=0)                 # bitwise equal everywhere
+            t_sconst[r_of[const], s_of[const]] = first.view(np.float64)[0][const]
+            varying = np.flatnonzero(~const)
+            t_scol[r_of[varying], s_of[varying]] = np.arange(len(varying))
+            plans.append((sel, varying))
+        width = max([1] + [len(v) for _, v in plans])
+        if len(plans) == 1:                                       # one copy, or none
+            varying = plans[0][1]
+            scalars = (full if len(varying) == full.shape[1] else
+                       np.ascontiguousarray(full[:, varying]) if len(varying) else
+                       np.zeros((n, 1)))
+        else:
+            scalars = np.zeros((n, width))
+            for sel, varying in plans:
+                scalars[sel, : len(varying)] = full[sel][:, varying]
+        del full
+        n_opnd = self.n_opnd.trimmed()
+        opnd_off = np.zeros(n + 1, np.int64)
+        np.cumsum(n_opnd, out=opnd_off[1:])
+        del n_opnd
+        index = self.index.trimmed() if self.index is not None else np.zeros(0, np.uint16)
+        coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
+        return Store(
+            t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
+            t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
+            t_temps=info[:, :2].astype(np.int32),
+            t_out_slots=info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg),
+            t_linear=np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], info[t, 3:])
+                               for t in range(len(t_recs))], dtype=np.bool_),
+            tmpl=tmpl, opnd_off=opnd_off, nary=self.nary.trimmed(), scalars=scalars,
+            index=index, coef=coef, params=self.params)
 
-    def per_position(field):
-        return np.concatenate([getattr(ch, field) for ch in chunks]) if chunks else np.zeros(0, np.int64)
 
-    # N-ary counts: a row per position.
-    n_nary = per_position("n_nary")
-    q_max = max(1, int(n_nary.max()) if n else 1)
-    nary = np.zeros((n, q_max), np.uint16)
-    flat = cat("nary", np.int64)
-    rows = np.repeat(np.arange(n), n_nary)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(n_nary) - n_nary, n_nary)
-    nary[rows, cols] = flat
-
-    # Scalars: a row per position; a column constant over a template moves into the template.
-    n_scal = per_position("n_scal")
-    s_max = int(n_scal.max()) if n else 0
-    full = np.zeros((n, max(1, s_max)))
-    flat = cat("scal", np.float64)
-    rows = np.repeat(np.arange(n), n_scal)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(n_scal) - n_scal, n_scal)
-    full[rows, cols] = flat
-    t_scol = np.full((len(recs), 2), -1, np.int32)
-    t_sconst = np.zeros((len(recs), 2))
-    scalars = np.zeros((n, 1))
-    for t in range(len(t_recs)):
-        sel = tmpl == t
-        mine = full[sel]
-        used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
-        r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
-        s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
-        bits = mine[:, : len(r_of)].view(np.int64)
-        const = np.all(bits == bits[:1], axis=0)                    # bitwise equal everywhere
-        t_sconst[r_of[const], s_of[const]] = mine[0, : len(r_of)][const]
-        varying = np.flatnonzero(~const)
-        t_scol[r_of[varying], s_of[varying]] = np.arange(len(varying))
-        if len(varying) > scalars.shape[1]:
-            scalars = np.concatenate([scalars, np.zeros((n, len(varying) - scalars.shape[1]))],
-                                     axis=1)
-        scalars[np.ix_(sel, np.arange(len(varying)))] = mine[:, varying]
-
-    opnd_off = np.zeros(n + 1, np.int64)
-    np.cumsum(per_position("n_opnd"), out=opnd_off[1:])
-    return Store(
-        t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
-        t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
-        t_temps=info[:, :2].astype(np.int32),
-        t_out_slots=info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg),
-        t_linear=np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], info[t, 3:])
-                           for t in range(len(t_recs))], dtype=np.bool_),
-        tmpl=tmpl.astype(np.uint16), opnd_off=opnd_off, nary=nary, scalars=scalars,
-        index=cat("index", np.uint16), coef=cat("coef", np.int8),
-        params=np.array([n_value_params, n_pair_params], np.int64))
+def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) -> Store:
+    """Merge the chunks of `extract` (in position order) into one `Store`."""
+    builder = StoreBuilder(n_value_params, n_pair_params, sum(len(ch.tmpl) for ch in chunks))
+    for ch in chunks:
+        builder.add(ch)
+    return builder.finish()
 
 
 def freeze(rec: Recording, outputs: np.ndarray) -> Store:

@@ -1,4 +1,5 @@
-"""`tuner bench`: a fixed, timed training run with a deterministic signature."""
+"""`tuner bench`: a fixed, timed training run with a deterministic signature; the shipped sample
+tiled to any size, for the benchmarks in ``benchmarks/``."""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +13,13 @@ import click
 import numpy as np
 
 from .config import validate
-from .loop import Run
+from .loop import Data, Run
 from .progress import Observer
+
+#: The shipped sample: what the scale benchmarks tile (390,968 positions).
+SAMPLE = ("selfplay-std", "selfplay-dfrc")
+#: The size of the C++ tuner's benchmark: the sample tiled to 6.97 M positions.
+CPP_BENCH_POSITIONS = 6_970_000
 
 #: The fixed run. Changing it changes every signature: do so deliberately.
 BENCH_CONFIG = {
@@ -78,3 +84,35 @@ def run_bench(dataset: str, epochs: int, threads: int, mode: str = "replay",
     sig = signature(run.theta)
     click.echo(f"Bench: {sig}")
     return sig
+
+
+def sample_table():
+    """The shipped sample as one Arrow table (fen, result), in `SAMPLE` order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tuner.data.registry import resolve
+
+    return pa.concat_tables([pq.read_table(resolve(name).path, columns=["fen", "result"])
+                             for name in SAMPLE])
+
+
+def write_tiled_parquet(path: Path, n: int) -> None:
+    """The shipped sample repeated (and cut) to `n` rows, written as Parquet at `path`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = sample_table()
+    reps = -(-n // len(table))
+    pq.write_table(pa.concat_tables([table] * reps).slice(0, n), path)
+
+
+def tiled_data(n: int) -> Data:
+    """The shipped sample tiled to `n` positions, every one a training position."""
+    from tuner.data import load_dataset
+
+    parts = [load_dataset(name, quiet=True) for name in SAMPLE]
+    pos = np.concatenate([p.positions for p in parts])
+    res = np.concatenate([p.results for p in parts])
+    reps = -(-n // len(res))
+    pos, res = np.tile(pos, (reps, 1))[:n], np.tile(res, reps)[:n]
+    return Data(pos, res, np.arange(n), np.arange(0), ["tiled sample"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tuner.chess.bitboard import lsb, pop_lsb
 from tuner.tape.ops import neumaier_add
 from tuner.tape.player import play
 from .record import LOSS
@@ -67,6 +68,38 @@ def replay_chunks(store, arena, order, micro, chunks, seed, with_grad, outputs, 
         sse[c] = _sum_losses(outputs, rows.shape[0])
         if with_grad:
             _param_grads_out(arena, n_values, n_pairs, chunk_grads[c])
+
+
+#: Bits per word of the bitmap `store_order` sorts with.
+WORD_BITS = 64
+
+
+@njit(**JIT)
+def store_order(rows, bits, out) -> int:
+    """``out[:len(rows)]`` = `rows` in increasing order, if they are distinct: each row sets its
+    bit in `bits` (uint64, all zero, at least ``max(rows) // 64 + 1`` words), then the words
+    between the lowest and highest row are read back in order and cleared again. O(rows +
+    span / 64): a batch of a shuffled epoch costs about a tenth of a comparison sort.
+
+    Returns how many rows were written: fewer than ``len(rows)`` means some row came twice
+    (`bits` is left all zero either way; the caller sorts another way).
+    """
+    lo = bits.shape[0]
+    hi = -1
+    for r in rows:
+        w = r // WORD_BITS
+        bits[w] |= np.uint64(1) << np.uint64(r % WORD_BITS)
+        lo = min(lo, w)
+        hi = max(hi, w)
+    k = 0
+    for w in range(lo, hi + 1):
+        x = bits[w]
+        while x:
+            out[k] = w * WORD_BITS + lsb(x)
+            x = pop_lsb(x)
+            k += 1
+        bits[w] = 0
+    return k
 
 
 @njit(**JIT)

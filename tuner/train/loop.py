@@ -98,8 +98,10 @@ def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
         games.append(ds.game)
         sources.append(ds.source)
     groups = group_ids([len(r) for r in results], games, d["split_block"])
-    positions = np.concatenate(positions)
-    results = np.concatenate(results)
+    if len(positions) > 1:  # one dataset is used as loaded: no copy of it
+        positions, results = np.concatenate(positions), np.concatenate(results)
+    else:
+        positions, results = positions[0], results[0]
     score_cp = np.concatenate(scores) if blend else None
     split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
     if len(split.train) < 1:

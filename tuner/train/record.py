@@ -11,6 +11,7 @@ Both then run the same records through the same sweeps, so they agree bit for bi
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -18,7 +19,7 @@ from numba import njit
 
 from tuner.tape import TapeFullError, grow, new_tape, reset
 from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_sq_err, record_sigmoid_xent
-from tuner.tape.player import Store, build_store, extract
+from tuner.tape.player import Store, StoreBuilder, extract
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
@@ -68,13 +69,18 @@ def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: floa
     """Record every position with its loss (record form `loss`) once and freeze the recordings
     into a `Store`.
 
-    Micro-batches are recorded in parallel; the store is the same for any thread count.
+    Micro-batches are recorded in parallel and go into the store in order as soon as their
+    turn comes (a finished micro-batch waits only for the ones before it), so the recordings
+    are never all held at once; the store is the same for any thread count.
     `progress(n)` is called (from the worker threads) after each micro-batch of n positions.
     """
     reg = evaluation.registry
     n = len(positions)
     n_chunks = math.ceil(n / micro)
-    parts: list = [None] * n_chunks
+    builder = StoreBuilder(reg.n_values, reg.n_params, n)
+    ready: dict[int, object] = {}
+    turn = [0]        # the next micro-batch to go into the store
+    lock = threading.Lock()
     rows = np.arange(n, dtype=np.int64)
 
     def work(w):
@@ -84,7 +90,12 @@ def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: floa
             lo, hi = c * micro, min(n, (c + 1) * micro)
             tape, scratch = record_positions(evaluation, tape, scratch, positions, results,
                                              rows[lo:hi], k, loss, slots[:, : hi - lo])
-            parts[c] = extract(tape.rec, slots[:, : hi - lo], base=lo)
+            part = extract(tape.rec, slots[:, : hi - lo], base=lo)
+            with lock:
+                ready[c] = part
+                while turn[0] in ready:
+                    builder.add(ready.pop(turn[0]))
+                    turn[0] += 1
             if progress is not None:
                 progress(hi - lo)
 
@@ -94,4 +105,4 @@ def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: floa
                 f.result()
     else:
         work(0)
-    return build_store(parts, reg.n_values, reg.n_params)
+    return builder.finish()

@@ -5,6 +5,13 @@ for the player); the compiled chunk kernels release the GIL, so the threads run 
 without a lock in the hot path. Chunk c of a batch always covers the same positions and writes
 only ``chunk_grads[c]``; `reduce_chunks` then adds them in chunk order. Which thread ran which
 chunk therefore never changes a bit of the result.
+
+**Order inside a batch.** The epoch's shuffle decides which positions form a batch; inside it,
+the positions are taken in store order (increasing row), not in the shuffled order. The batch's
+gradient is the same sum in a fixed order (only its rounding differs from the shuffled order's),
+and the player then reads the store forwards instead of jumping about it: each position's data
+follows the previous one's closely, so the memory system streams it instead of paying a random
+access per position (see the README's Performance section for the measured difference).
 """
 from __future__ import annotations
 
@@ -16,8 +23,8 @@ import numpy as np
 
 from tuner.tape import new_arena, set_params
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
-from tuner.tape.player import arena_size, build_store, extract, play
-from .kernels import reduce_chunks, replay_chunks
+from tuner.tape.player import arena_size, build_store, extract, play, store_len
+from .kernels import WORD_BITS, reduce_chunks, replay_chunks, store_order
 from .record import new_training_tape, record_positions, record_store
 
 
@@ -41,10 +48,12 @@ class Workers:
 
     Eager without a `store` (each micro-batch recorded on the worker's tape every time); with one
     (`tuner.train.record.record_store`) the frozen positions are played instead.
+    `in_store_order` takes each batch's positions in store order (see the module docstring);
+    False keeps the order given, for benchmarks that compare the two.
     """
 
     def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None,
-                 loss: int = F_SIGMOID_SQ_ERR):
+                 loss: int = F_SIGMOID_SQ_ERR, in_store_order: bool = True):
         reg = evaluation.registry
         self.loss = loss  # the loss record form eager epochs record
         self.evaluation = evaluation
@@ -57,6 +66,9 @@ class Workers:
         self.grad = np.zeros(2 * self.n_pairs + self.n_values)
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
         self.outputs = [np.zeros((micro, 2)) for _ in range(n_threads)]
+        self.in_store_order = in_store_order
+        self.bits = np.zeros(0, np.uint64)  # `store_order`'s bitmap, sized by the first batch
+        self.sorted = np.zeros(max_batch, np.int64)
         if store is None:  # eager: a tape, the evaluation's scratch and slots per worker
             self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
             self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
@@ -88,6 +100,20 @@ class Workers:
                       with_grad, self.outputs[w], grad_out.reshape(1, -1), sse)
         return sse[0]
 
+    def _in_store_order(self, order, n_rows: int):
+        """`order` sorted (a view of a buffer reused by the next call)."""
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if len(order) > len(self.sorted):
+            self.sorted = np.zeros(len(order), np.int64)
+        if len(self.bits) * WORD_BITS < n_rows:
+            self.bits = np.zeros(n_rows // WORD_BITS + 1, np.uint64)
+        out = self.sorted[: len(order)]
+        if len(order) and (order.min() < 0 or order.max() >= n_rows):
+            raise IndexError(f"batch rows outside 0..{n_rows - 1}")
+        if store_order(order, self.bits, out) != len(order):  # a row twice: sort it plainly
+            out[:] = np.sort(order)
+        return out
+
     def loss_grad(self, theta, positions, results, order, k, with_grad=True):
         """Sum of squared errors over `order` and (if `with_grad`) the gradient of its mean.
 
@@ -95,6 +121,9 @@ class Workers:
         ``(sse, grad)``; `grad` is flat like `theta` (a buffer reused by the next call) or None.
         """
         theta = np.ascontiguousarray(theta, dtype=np.float64).reshape(-1)
+        if self.in_store_order:
+            order = self._in_store_order(order, len(positions) if self.store is None
+                                         else store_len(self.store))
         n = len(order)
         n_chunks = math.ceil(n / self.micro)
         if with_grad and n_chunks > self.max_chunks:
@@ -117,16 +146,25 @@ class Workers:
                 sse[c] = self._eager_chunk(w, pairs, values, positions, results, rows, k, seed,
                                            self.chunk_grads[c if with_grad else 0], with_grad)
 
-        if self.pool is None:
-            work(0)
-        else:
-            for f in [self.pool.submit(work, w) for w in range(self.n_threads)]:
-                f.result()
+        def reduce(w):  # parameter by parameter, so any split of them gives the same bits
+            lo, hi = (len(self.grad) * w // self.n_threads,
+                      len(self.grad) * (w + 1) // self.n_threads)
+            reduce_chunks(self.chunk_grads[:, lo:hi], n_chunks, self.grad[lo:hi])
+
+        self._each_thread(work)
         total = math.fsum(sse)
         if not with_grad:
             return total, None
-        reduce_chunks(self.chunk_grads, n_chunks, self.grad)
+        self._each_thread(reduce)
         return total, self.grad
+
+    def _each_thread(self, fn) -> None:
+        """fn(w) for every worker w, in parallel; exceptions propagate."""
+        if self.pool is None:
+            fn(0)
+        else:
+            for f in [self.pool.submit(fn, w) for w in range(self.n_threads)]:
+                f.result()
 
 
 def continuous_evals(evaluation, theta, positions, n_threads: int, micro: int) -> np.ndarray:
