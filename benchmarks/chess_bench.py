@@ -10,6 +10,7 @@ classical ray sliders, attacker_counts per position).
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +22,7 @@ from tuner.chess.bitboard import lsb
 from tuner.chess.fen import parse_fen, parse_fen_array, parse_fens, to_fen
 
 U64 = np.uint64
-DEFAULT = "/work/shared/datasets/selfplay-std.parquet"
+DEFAULT = str(Path(__file__).resolve().parent.parent / "tuner" / "samples" / "selfplay-std.parquet")
 
 
 def _median_time(fn, runs):

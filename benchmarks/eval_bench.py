@@ -32,7 +32,8 @@ from tuner.tape import (backward, lin_clear, new_accumulator, new_tape, record_s
                         reset, zero_grad)
 from tuner.tape.ops import operand_mark, push_operand  # noqa: E402
 
-DEFAULT_DATA = "/work/shared/datasets/selfplay-std.parquet"
+DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tuner", "samples",
+                            "selfplay-std.parquet")
 CHUNK = 4096
 
 

@@ -215,7 +215,7 @@ def test_sliders_exhaustive_against_classical():
 
 
 def test_spec_worked_examples():
-    """Spec section 4.3 examples."""
+    """docs/reference-eval.md section 4.3 examples."""
     start = parse_fen("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1")
     assert int(A.attacks_from(start, chess.A1)) == chess.BB_A2 | chess.BB_B1
     assert int(A.attacks_from(start, chess.D1)) == (chess.BB_C1 | chess.BB_E1 | chess.BB_C2

@@ -1,4 +1,4 @@
-"""tuner.chess.bitboard against plain-Python references (spec section 1)."""
+"""tuner.chess.bitboard against plain-Python references (docs/reference-eval.md section 1)."""
 
 import numpy as np
 import pytest

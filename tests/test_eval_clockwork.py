@@ -169,7 +169,7 @@ def test_worked_examples(fen, phase, mg, eg, ev):
 
 
 def test_worked_example_counts(reg):
-    """Selected net counts of spec section 9.2 / 9.3."""
+    """Selected net counts of docs/reference-eval.md section 9.2 / 9.3."""
     c = cw.evaluate_fen(KIWIPETE)[5]
     assert c[reg.index("BISHOP_PAWNS", 3)] == 1 and c[reg.index("BISHOP_PAWNS", 5)] == 1
     assert c[reg.index("KNIGHT_KING_RING", 2)] == 1 and c[reg.index("BISHOP_KING_RING", 1)] == -1
@@ -207,7 +207,7 @@ def test_small_features(reg, fen, name, idx, net):
 # ----------------------------------------------------------------------------------- semantics
 
 def _ref_int_eval(mg, eg, p):
-    """Spec section 5, written independently."""
+    """docs/reference-eval.md section 5, written independently."""
     def s16(x):
         x &= 0xFFFF
         return x - 0x10000 if x & 0x8000 else x
@@ -235,8 +235,9 @@ def test_int_eval_truncation_and_wrap():
 
 
 def test_sixteen_bit_wrap_on_absurd_material():
-    """Spec section 5: 15 white queens against a bare king wrap to a negative engine eval (Black
-    to move: with White to move the position is illegal, Black's king being in check)."""
+    """docs/reference-eval.md section 5: 15 white queens against a bare king wrap to a negative
+    engine eval (Black to move: with White to move the position is illegal, Black's king being in
+    check)."""
     ie, cont, mg, eg, p, _ = cw.evaluate_fen("QQQQQQQQ/QQQQQQQ1/8/8/8/8/8/k6K b - - 0 1")
     assert mg > 32767 and cont > 0 and ie < 0
     assert ie == _ref_int_eval(int(mg), int(eg), p)

@@ -1,4 +1,4 @@
-"""A slow, independent implementation of reference-eval.md sections 4-6 (python-chess attacks,
+"""A slow, independent implementation of docs/reference-eval.md sections 4-6 (python-chess attacks,
 absolute coordinates, one colour at a time) checked against the njit evaluation on positions the
 shared data does not contain: random games with forced promotions (extra queens, 3+ bishops, ...)."""
 import random

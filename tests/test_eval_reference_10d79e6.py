@@ -58,7 +58,7 @@ def test_reference_reproduces_grad_vectors_sample():
 
 
 def test_reference_sigmoid_table_constants():
-    """reference-eval-head.md N1 for the defaults a = (1361, 846), c = (-21, 0): range
+    """docs/reference-eval-head.md N1 for the defaults a = (1361, 846), c = (-21, 0): range
     [-117 - c, 117 - c], the 16.16 scale 71417 and saturation near 2.5 % / 97.5 % of a. At range_max
     the index is 254 with frac 65434/65536, so the top saturates just below values[255]."""
     for a, c in ((1361, -21), (846, 0)):

@@ -1,4 +1,4 @@
-"""Command-line interface: `tuner train|configs|bench|eval|export|convert|data`."""
+"""Command-line interface: `tuner train|configs|bench|eval|export|plot|diff|convert|data`."""
 import click
 
 
@@ -13,6 +13,12 @@ from tuner.evals.commands import eval_cmd, export_cmd  # noqa: E402  (light: cli
 
 main.add_command(eval_cmd)
 main.add_command(export_cmd)
+
+# --- picture commands (plot, diff) ------------------------------------------------------------
+from tuner.plots.commands import diff_cmd, plot_cmd  # noqa: E402  (light: click only)
+
+main.add_command(plot_cmd)
+main.add_command(diff_cmd)
 
 # --- dataset commands (convert, data stats) ---------------------------------------------------
 from tuner.data.commands import convert_cmd, data_group  # noqa: E402  (light: click only)

@@ -1,4 +1,4 @@
-"""Attack generation (njit), following the attack model of the spec (section 4).
+"""Attack generation (njit), following the attack model of docs/reference-eval.md (section 4).
 
 * pawn: the two diagonal forward squares (no pushes, no en passant);
 * knight / king: the usual up to 8 squares;

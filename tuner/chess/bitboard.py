@@ -6,8 +6,9 @@ Everything here takes and returns ``np.uint64`` (square indices are returned as 
 njit code, mixing uint64 with signed integers makes numba promote to float64, so every constant
 is a ``np.uint64`` and every shift count is cast explicitly.
 
-Directional shifts never wrap across board edges (spec section 1). Colour-relative directions
-are not needed: the evaluation mirrors Black's bitboards (`flip_vertical`) instead.
+Directional shifts never wrap across board edges (docs/reference-eval.md section 1).
+Colour-relative directions are not needed: the evaluation mirrors Black's bitboards
+(`flip_vertical`) instead.
 """
 
 import numpy as np

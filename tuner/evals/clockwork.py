@@ -1,7 +1,7 @@
 """Clockwork's hand-crafted evaluation (engine commit cde2ced), recorded on the tape.
 
-Specification: reference-eval.md (sections 0-7, 9-10). Every term is a parameter pair times an
-integer count, so the evaluation is linear in the parameters:
+Specification: docs/reference-eval.md (sections 0-7, 9-10; "spec section N" below). Every term is
+a parameter pair times an integer count, so the evaluation is linear in the parameters:
 
 * `features(pos, acc) -> phase` adds every net feature count (White minus Black; tempo +1/-1) to the
   lazy linear accumulator with `lin_add`, and returns the integer phase 0..24;

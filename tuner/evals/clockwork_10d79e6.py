@@ -1,8 +1,9 @@
 """Clockwork's hand-crafted evaluation at engine commit 10d79e6, recorded on the tape.
 
-Specification: ../shared/spec/clockwork-head/ (reference-eval-head.md, a delta to the cde2ced
-reference-eval.md) and the engine's src/evaluation.cpp, src/eval_types.hpp at 10d79e6, which win
-where they disagree. Unlike cde2ced the evaluation is not linear in its parameters:
+Specification: docs/reference-eval-head.md (a delta to the cde2ced docs/reference-eval.md; its
+data in tests/data/spec/clockwork-head/) and the engine's src/evaluation.cpp, src/eval_types.hpp
+at 10d79e6, which win where they disagree. Unlike cde2ced the evaluation is not linear in its
+parameters:
 
     L    = sum of pair parameters times integer counts (material, PSQT, pawns, pieces, threats,
            ...; tempo included: + if White is to move)

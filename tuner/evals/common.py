@@ -75,8 +75,9 @@ def add_nonzero(acc, index, coef):
 
 
 def check_domain(pos) -> None:
-    """Raise ValueError for positions the engine's evaluation does not define (reference-eval.md
-    section 10): not exactly one king per colour, or pawns on the first or last rank."""
+    """Raise ValueError for positions the engine's evaluation does not define
+    (docs/reference-eval.md section 10): not exactly one king per colour, or pawns on the first or
+    last rank."""
     pos = np.asarray(pos, dtype=np.uint64)
     white, black, pawns, kings = (int(pos[W_WHITE]), int(pos[W_BLACK]), int(pos[W_PAWN]),
                                   int(pos[W_KING]))

@@ -133,23 +133,26 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "schedule": {
         "type": Key((str,), "constant",
-                    "'constant'; 'exponential' (lr * gamma^(epoch - decay_from_epoch) once "
-                    "epoch > decay_from_epoch); or 'piecewise' (consecutive segments, each "
-                    "decaying geometrically from lr_start to lr_end over its epochs; the last "
-                    "segment's lr_end holds afterwards).",
+                    "'constant'; 'exponential' (lr * gamma^(e - decay_from_epoch) once "
+                    "e > decay_from_epoch, e 0-based); or 'piecewise' (consecutive segments "
+                    "from the first epoch on, each decaying geometrically from lr_start to "
+                    "lr_end over its epochs; the last segment's lr_end holds afterwards).",
                     _one_of("constant", "exponential", "piecewise")),
         "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule.", _positive),
         "decay_from_epoch": Key((int,), 6, "Last epoch (0-based) at the base rate for "
-                                "'exponential'.", _non_negative),
+                                "'exponential': the log's epochs 1..decay_from_epoch + 1 run at "
+                                "lr, its epoch n after them at lr * gamma^(n - 1 - "
+                                "decay_from_epoch).", _non_negative),
         "segments": Key((list,), [], "'piecewise' segments: [[schedule.segments]] tables with "
                         "epochs (int > 0), lr_start and lr_end (> 0)."),
     },
     "freeze": {
         "stages": Key((list,), [], "Freeze stages: [[freeze.stages]] tables with from_epoch "
                       "(int), train (glob patterns of parameter names, e.g. '*_MAT') and "
-                      "optionally exclude (patterns). From from_epoch on, only parameters "
-                      "matching train and not exclude move. Without stages everything moves. "
-                      "Constant parameters never move."),
+                      "optionally exclude (patterns). From from_epoch (0-based: the log's "
+                      "epoch from_epoch + 1; 0 = the first epoch) on, only parameters matching "
+                      "train and not exclude move. Without stages, and before the first "
+                      "stage, everything moves. Constant parameters never move."),
     },
     "training": {
         "epochs": Key((int,), 10, "Number of epochs.", _positive),
@@ -328,7 +331,8 @@ def load_config(path: str | Path) -> Config:
 def describe() -> str:
     """The configuration reference: every section and key with type, default and meaning."""
     lines = ["Configuration file reference (TOML). Every key is optional unless marked required.",
-             ""]
+             "Epoch numbers in keys (from_epoch, decay_from_epoch) are 0-based: epoch 0 is the "
+             "first,", "which the log, loss.csv and loss.png call epoch 1.", ""]
     for section, keys in SCHEMA.items():
         lines.append(f"[{section}]")
         for k, key in keys.items():

@@ -41,7 +41,7 @@ from tuner.evals import get_evaluation
 from tuner.fileio import atomic_write
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
-from .plot import write_loss_png
+from .plot import write_loss_plot
 from .progress import Observer
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .split import group_ids, split_by_group
@@ -273,9 +273,8 @@ class Run:
             lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
         atomic_write(self.out / "loss.csv", "\n".join(lines) + "\n")
         if h["epoch"]:
-            write_loss_png(self.out / "loss.png", [int(e) for e in h["epoch"]],
-                           {"train": h["train_loss"], "validation": h["val_loss"]},
-                           title=f"{self.evaluation.name} loss")
+            write_loss_plot(self.out / "loss.png", h, best_epoch=None,
+                            title=f"{self.evaluation.name} loss")
 
     # -- the loop ----------------------------------------------------------------------------
     def optimizer_step(self, grad: np.ndarray, lr: float, mask: np.ndarray) -> None:
