@@ -273,7 +273,7 @@ class Run:
             lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
         atomic_write(self.out / "loss.csv", "\n".join(lines) + "\n")
         if h["epoch"]:
-            write_loss_plot(self.out / "loss.png", h, best_epoch=None,
+            write_loss_plot(self.out / "loss.png", h, best_epoch=self.best_epoch or None,
                             title=f"{self.evaluation.name} loss")
 
     # -- the loop ----------------------------------------------------------------------------
