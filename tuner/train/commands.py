@@ -5,6 +5,10 @@ import sys
 
 import click
 
+from tuner.interrupt import exit_status, sigterm_as_interrupt
+
+from .config import MAX_EPOCHS, MAX_THREADS
+
 
 def _fail(e: Exception) -> None:
     click.echo(f"error: {e}", err=True)
@@ -14,9 +18,10 @@ def _fail(e: Exception) -> None:
 @click.command("train")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML configuration file (see --help-config). Required unless --resume.")
-@click.option("--epochs", type=click.IntRange(min=1),
-              help="Train until this many epochs are done (overrides [training] epochs).")
-@click.option("--threads", type=click.IntRange(min=0),
+@click.option("--epochs", type=click.IntRange(min=1, max=MAX_EPOCHS),
+              help="Train until this many epochs are done (overrides [training] epochs; on "
+                   "--resume, default: the epochs the run was started or last resumed with).")
+@click.option("--threads", type=click.IntRange(min=0, max=MAX_THREADS),
               help="Worker threads, 0 = all cores (overrides [training] threads). "
                    "The result is bitwise identical for any value.")
 @click.option("--out", type=click.Path(file_okay=False),
@@ -38,14 +43,15 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
         click.echo(describe())
         return
     try:
-        run = start_run(config_path, out, resume, epochs, threads)
-        run.log(f"output: {run.out}")
-        run.run()
-    except (ConfigError, DatasetError, TrainingError) as e:
+        with sigterm_as_interrupt():
+            run = start_run(config_path, out, resume, epochs, threads)
+            run.log(f"output: {run.out}")
+            run.run()
+    except (ConfigError, DatasetError, TrainingError, OSError) as e:  # OSError: disk full ...
         _fail(e)
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted; the last checkpoint is kept (resume with --resume)", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
+        click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume with --resume DIR)", err=True)
+        sys.exit(exit_status(e))
     click.echo(f"done: parameters in {run.out / 'params.json'} and {run.out / 'params.hpp'}")
 
 

@@ -35,16 +35,43 @@ class Key:
     check: Callable[[Any], str | None] | None = None  # returns an error text, or None if fine
 
 
-def _positive(x):
-    return None if x > 0 else "must be > 0"
+#: Bounds of the numbers a configuration may hold: beyond them a run cannot be allocated, would
+#: not end in any useful time, or learns nothing (see `tuner train --help-config`).
+MAX_EPOCHS = 1_000_000
+MAX_BATCH = 1 << 26            # positions per optimiser step (67,108,864)
+MAX_MICRO_BATCH = 1 << 16      # positions per tape (65,536): a tape per thread is allocated
+MAX_THREADS = 256
+MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are 64-bit
+#: K of sigmoid(K * eval), eval in centipawns: below K_MIN a 10,000 cp evaluation moves the
+#: prediction by less than 0.25 %, above K_MAX one centipawn decides it.
+K_MIN, K_MAX = 1e-5, 1.0
+#: Largest magnitude of a learning rate, weight decay or initial parameter.
+MAX_MAGNITUDE = 1e9
 
 
-def _non_negative(x):
-    return None if x >= 0 else "must be >= 0"
+def _between(lo, hi, *, lo_open: bool = False, hi_open: bool = False):
+    """A check that a number lies in lo..hi (open ends excluded)."""
+    def check(x):
+        ok = (lo < x if lo_open else lo <= x) and (x < hi if hi_open else x <= hi)
+        if not ok and hi == math.inf:
+            return f"must be {'>' if lo_open else '>='} {_num(lo)}"
+        return None if ok else (f"must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}"
+                                f"{')' if hi_open else ']'}")
+    return check
 
 
-def _fraction(x):
-    return None if 0 <= x < 1 else "must be in [0, 1)"
+def _num(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+_positive = _between(0, MAX_MAGNITUDE, lo_open=True)
+#: A learning rate may be absurdly large (the run then stops as diverged), never 0 or NaN.
+_rate = _between(0, math.inf, lo_open=True)
+_non_negative = _between(0, MAX_MAGNITUDE)
+_fraction = _between(0, 1, hi_open=True)
+_seed = _between(0, MAX_SEED)
+_epochs = _between(1, MAX_EPOCHS)
+_epoch = _between(0, MAX_EPOCHS)
 
 
 def _one_of(*allowed):
@@ -66,7 +93,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "validation_fraction": Key(NUM, 0.05,
                                    "Share of the positions held out for the validation loss.",
                                    _fraction),
-        "split_seed": Key((int,), 1, "Seed of the train/validation split."),
+        "split_seed": Key((int,), 1, "Seed of the train/validation split (>= 0).", _seed),
         "policy": Key((str,), "skip", "Bad rows: 'skip' (drop and report) or 'strict' (fail).",
                       _one_of("skip", "strict")),
     },
@@ -77,19 +104,22 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     "'random' (uniform in random_center +- random_range) or a parameter JSON "
                     "file (relative to the config file). Constants always keep their defaults."),
         "random_range": Key(NUM, 100.0, "Half-width of the 'random' initialisation.", _positive),
-        "random_center": Key(NUM, 0.0, "Centre of the 'random' initialisation."),
-        "random_seed": Key((int,), 0, "Seed of the 'random' initialisation."),
+        "random_center": Key(NUM, 0.0, "Centre of the 'random' initialisation.",
+                             _between(-MAX_MAGNITUDE, MAX_MAGNITUDE)),
+        "random_seed": Key((int,), 0, "Seed of the 'random' initialisation (>= 0).", _seed),
     },
     "loss": {
         "k": Key(NUM, 1 / 400, "Scale K of the prediction sigmoid(K * eval); the loss is the "
-                 "mean squared error between the prediction and the game result.", _positive),
+                 "mean squared error between the prediction and the game result. Allowed: "
+                 f"{K_MIN:g} to {K_MAX:g} (beyond, sigmoid(K * eval) cannot learn).",
+                 _between(K_MIN, K_MAX)),
     },
     "optimizer": {
         "name": Key((str,), "adamw", "'adamw' or 'sgd' (with momentum).", _one_of("adamw", "sgd")),
-        "lr": Key(NUM, 10.0, "Base learning rate (the schedule scales it).", _positive),
+        "lr": Key(NUM, 10.0, "Base learning rate (the schedule scales it).", _rate),
         "beta1": Key(NUM, 0.9, "AdamW first-moment decay.", _fraction),
         "beta2": Key(NUM, 0.999, "AdamW second-moment decay.", _fraction),
-        "eps": Key(NUM, 1e-8, "AdamW denominator epsilon.", _positive),
+        "eps": Key(NUM, 1e-8, "AdamW denominator epsilon.", _between(0, 1, lo_open=True)),
         "weight_decay": Key(NUM, 0.0, "Decoupled weight decay (per unit learning rate).",
                             _non_negative),
         "momentum": Key(NUM, 0.9, "SGD momentum.", _fraction),
@@ -101,9 +131,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     "decaying geometrically from lr_start to lr_end over its epochs; the last "
                     "segment's lr_end holds afterwards).",
                     _one_of("constant", "exponential", "piecewise")),
-        "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule.", _positive),
+        "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule, in (0, 1].",
+                     _between(0, 1, lo_open=True)),
         "decay_from_epoch": Key((int,), 6, "Last epoch (0-based) at the base rate for "
-                                "'exponential'.", _non_negative),
+                                "'exponential'.", _epoch),
         "segments": Key((list,), [], "'piecewise' segments: [[schedule.segments]] tables with "
                         "epochs (int > 0), lr_start and lr_end (> 0)."),
     },
@@ -115,13 +146,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "Constant parameters never move."),
     },
     "training": {
-        "epochs": Key((int,), 10, "Number of epochs.", _positive),
-        "batch_size": Key((int,), 262_144, "Positions per optimiser step.", _positive),
+        "epochs": Key((int,), 10, f"Number of epochs (at most {MAX_EPOCHS:,}).", _epochs),
+        "batch_size": Key((int,), 262_144, f"Positions per optimiser step (at most "
+                          f"{MAX_BATCH:,}).", _between(1, MAX_BATCH)),
         "micro_batch_size": Key((int,), 1024, "Positions recorded on a tape at once; also the "
-                                "unit of the deterministic gradient reduction.", _positive),
-        "threads": Key((int,), 0, "Worker threads (0 = all cores). Results do not depend on it.",
-                       _non_negative),
-        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle."),
+                                f"unit of the deterministic gradient reduction (at most "
+                                f"{MAX_MICRO_BATCH:,}).", _between(1, MAX_MICRO_BATCH)),
+        "threads": Key((int,), 0, f"Worker threads (0 = all cores; at most {MAX_THREADS}). "
+                       "Results do not depend on it.", _between(0, MAX_THREADS)),
+        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle (>= 0).", _seed),
         "store_cache": Key((str,), "",
                            "Folder (relative to the config file) where the replay store is kept "
                            "between runs: written once, keyed by a digest of the positions, "
@@ -245,8 +278,10 @@ def validate(raw: dict, where: str = "config") -> Config:
     sched["segments"] = _check_table_list(f"{where}: [schedule] segments", sched["segments"],
                                           SEGMENT_KEYS, set(SEGMENT_KEYS))
     for i, seg in enumerate(sched["segments"]):
-        if seg["epochs"] <= 0 or seg["lr_start"] <= 0 or seg["lr_end"] <= 0:
-            _fail(f"{where}: [schedule] segments[{i}]", "epochs, lr_start and lr_end must be > 0")
+        for k, check in (("epochs", _epochs), ("lr_start", _rate), ("lr_end", _rate)):
+            err = check(seg[k])  # a NaN fails every comparison, so every range check
+            if err:
+                _fail(f"{where}: [schedule] segments[{i}].{k}", f"{err}, got {seg[k]!r}")
     if sched["type"] == "piecewise" and not sched["segments"]:
         _fail(f"{where}: [schedule]", "type 'piecewise' needs at least one [[schedule.segments]]")
     stages = _check_table_list(f"{where}: [freeze] stages", values["freeze"]["stages"],
@@ -256,6 +291,9 @@ def validate(raw: dict, where: str = "config") -> Config:
             if k in st and _str_list(st[k]):
                 _fail(f"{where}: [freeze] stages[{i}].{k}", "must be a list of strings")
         st.setdefault("exclude", [])
+        err = _epoch(st["from_epoch"])
+        if err:
+            _fail(f"{where}: [freeze] stages[{i}].from_epoch", f"{err}, got {st['from_epoch']!r}")
     if [s["from_epoch"] for s in stages] != sorted({s["from_epoch"] for s in stages}):
         _fail(f"{where}: [freeze] stages", "from_epoch values must be distinct and increasing")
     values["freeze"]["stages"] = stages
@@ -266,11 +304,16 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a TOML configuration file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such configuration file") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not a text file (byte {e.start} is not UTF-8); a configuration "
+                          f"is a TOML text file") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

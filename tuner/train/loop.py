@@ -9,15 +9,16 @@ A run writes into its output directory:
 * ``params.json`` and ``params.hpp``: the current parameters (registry JSON; Clockwork C++);
 * ``loss.csv`` and ``loss.png``: the loss history, at the end.
 
-Resuming from the checkpoint continues bit for bit as if the run had never stopped.
+Resuming from the checkpoint continues bit for bit as if the run had never stopped, and first
+brings the outputs up to date with it (a kill between the checkpoint and the outputs leaves them
+an epoch behind). One process at a time trains in a directory (tuner/train/rundir.py); every
+array of a checkpoint is checked before it is used (tuner/train/checkpoint.py).
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
-import shutil
 import sys
 import threading
 import time
@@ -31,19 +32,26 @@ import numpy as np
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.evals.export import to_cpp
-from tuner.fileio import atomic_write
+from tuner.fileio import WriteError, atomic_write, remove_stale_temps
+from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .plot import write_loss_png
 from .schedule import check_patterns, learning_rate, trainable_mask
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
+from .rundir import RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta, \
+    write_meta
 from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
 MAX_PARAM = 1e9
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
+add_history(HISTORY_FIELDS)
+#: What `start_run` creates in a new run directory (removed again if the run fails before its
+#: first checkpoint).
+NEW_RUN_FILES = ("config.toml", RUN_META, "train.log")
 
 
 class TrainingError(RuntimeError):
@@ -150,6 +158,9 @@ class Run:
         self.epoch = 0
         self.rng = np.random.default_rng(tr["shuffle_seed"])
         self.history = {f: [] for f in HISTORY_FIELDS}
+        self.lock = RunLock(self.out)
+        self.discard_on_failure = False  # a new run: undo its start if no epoch completes
+        self.created_dir = False
 
     @property
     def params(self) -> np.ndarray:
@@ -164,47 +175,41 @@ class Run:
     # -- logging and files -------------------------------------------------------------------
     def log(self, line: str) -> None:
         self.log_fn(line)
-        with open(self.out / "train.log", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        path = self.out / "train.log"
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            raise WriteError(path, e) from None
 
     def save_checkpoint(self) -> None:
         state = dict(theta=self.theta, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
                      rng=json.dumps(self.rng.bit_generator.state),
                      digest=self.cfg.digest(), evaluation=self.evaluation.name,
+                     config=json.dumps(self.cfg.values, sort_keys=True),
                      **{f"history_{k}": np.array(v, dtype=np.float64)
                         for k, v in self.history.items()})
-
-        buf = io.BytesIO()
-        np.savez(buf, **state)
-        atomic_write(self.out / CHECKPOINT, buf.getvalue())
+        write_checkpoint(self.out / CHECKPOINT, state)
 
     def load_checkpoint(self) -> None:
         path = self.out / CHECKPOINT
         if not path.exists():
             raise TrainingError(f"{self.out}: no {CHECKPOINT} to resume from")
+        expect = Expect(len(self.theta), self.evaluation.name, MAX_PARAM, self.cfg.digest(),
+                        json.loads(json.dumps(self.cfg.values)))
         try:
-            with np.load(path) as z:
-                if str(z["digest"]) != self.cfg.digest():
-                    raise TrainingError(
-                        f"{path}: the checkpoint was made with a different configuration "
-                        f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs, "
-                        f"threads and mode may change on resume")
-                size = len(self.theta)
-                for key in ("theta", "m", "v"):
-                    if z[key].shape != (size,) or z[key].dtype != np.float64:
-                        raise TrainingError(
-                            f"{path}: {key} has shape {z[key].shape} ({z[key].dtype}), this "
-                            f"evaluation needs ({size},) float64: the checkpoint was made for "
-                            f"other parameters")
-                self.theta = np.array(z["theta"])
-                self.m, self.v = np.array(z["m"]), np.array(z["v"])
-                self.step, self.epoch = int(z["step"]), int(z["epoch"])
-                self.rng.bit_generator.state = json.loads(str(z["rng"]))
-                self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
-        except TrainingError:
-            raise
-        except Exception as e:  # a damaged file fails in zipfile, numpy or json, in many ways
-            raise TrainingError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+            z = read_checkpoint(path, expect)
+        except CheckpointError as e:
+            raise TrainingError(str(e)) from None
+        try:
+            self.rng.bit_generator.state = json.loads(str(z["rng"]))
+        except (TypeError, ValueError, KeyError) as e:
+            raise TrainingError(f"{path}: rng is not a state of the shuffle generator "
+                                f"({type(e).__name__}: {e})") from None
+        self.theta = z["theta"]
+        self.m, self.v = z["m"], z["v"]
+        self.step, self.epoch = int(z["step"]), int(z["epoch"])
+        self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
 
     def write_params(self) -> None:
         atomic_write(self.out / "params.json",
@@ -358,7 +363,26 @@ class Run:
         return store
 
     def run(self, data: Data | None = None) -> dict:
-        """Train from the current epoch to `self.epochs`; returns the final history."""
+        """Train from the current epoch to `self.epochs` in the locked run directory; returns the
+        final history."""
+        self.lock.acquire()
+        try:
+            if self.epoch >= self.epochs:
+                self.write_history()
+                self.log(f"nothing to train: the run is at epoch {self.epoch} of {self.epochs}; "
+                         f"its outputs are up to date with {CHECKPOINT} (give --epochs N with N > "
+                         f"{self.epoch} to train further)")
+                return self.history
+            return self.train(data)
+        except BaseException:
+            if self.discard_on_failure and not (self.out / CHECKPOINT).exists():
+                discard_new_run(self.out, self.created_dir, NEW_RUN_FILES)
+            raise
+        finally:
+            self.lock.release()
+
+    def train(self, data: Data | None = None) -> dict:
+        """The epochs from the current one to `self.epochs`."""
         data = data if data is not None else load_data(self.cfg, self.log)
         self.log(f"train {len(data.train):,} positions, validation {len(data.val):,}; "
                  f"{self.registry.n_params} parameters ({int((~self.registry.constant).sum())} "
@@ -393,27 +417,65 @@ class Run:
 def start_run(config_path: str | None, out: str | None, resume: str | None,
               epochs: int | None, threads: int | None, log=click.echo,
               progress: bool | None = None) -> Run:
-    """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`)."""
+    """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`), holding the lock of
+    its directory. Without `epochs`, a resumed run trains to the epochs it was started (or last
+    resumed) with."""
     if resume is not None:
         out_dir = Path(resume)
+        try:
+            meta = read_meta(out_dir)
+        except RunMetaError as e:
+            raise TrainingError(str(e)) from None
         cfg = load_config(config_path if config_path is not None else out_dir / "config.toml")
-        if config_path is None:  # relative paths in the copy mean what they meant originally
-            meta = out_dir / "run.json"
-            if meta.exists():
-                cfg.path = Path(json.loads(meta.read_text())["config"])
-        run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
-        run.load_checkpoint()
-        run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}")
+        if config_path is None and "config" in meta:
+            # relative paths in the copy mean what they meant originally
+            cfg.path = Path(meta["config"])
+        target = epochs if epochs is not None else meta.get("epochs")
+        run = Run(cfg, out_dir, threads=threads, epochs=target, log=log, progress=progress)
+        try:
+            _lock(run)
+            remove_stale_temps(out_dir)
+            run.load_checkpoint()
+            run.write_params()  # a kill after the checkpoint may have left them an epoch behind
+            if meta.get("epochs") != run.epochs:
+                write_meta(out_dir, epochs=run.epochs)
+            run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}, training to "
+                    f"epoch {run.epochs}")
+        except BaseException:
+            run.lock.release()
+            raise
         return run
     if config_path is None:
         raise ConfigError("--config is required (or --resume DIR)")
     cfg = load_config(config_path)
     out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (out_dir / CHECKPOINT).exists():
-        raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to continue "
-                            f"it, or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(config_path, out_dir / "config.toml")
-    (out_dir / "run.json").write_text(json.dumps({"config": str(cfg.path)}), encoding="utf-8")
-    (out_dir / "train.log").write_text("", encoding="utf-8")
-    return Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+    # everything the config names is checked before anything is created
+    run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+    run.created_dir = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteError(out_dir, e) from None
+    try:
+        _lock(run)
+        if (out_dir / CHECKPOINT).exists():
+            raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to "
+                                f"continue it, or choose another --out")
+        run.discard_on_failure = True
+        remove_stale_temps(out_dir)
+        atomic_write(out_dir / "config.toml", Path(config_path).read_bytes())
+        atomic_write(out_dir / RUN_META, json.dumps({"config": str(cfg.path),
+                                                     "epochs": run.epochs}))
+        atomic_write(out_dir / "train.log", "")
+    except BaseException:
+        discard_new_run(out_dir, run.created_dir, NEW_RUN_FILES if run.discard_on_failure else ())
+        run.lock.release()
+        raise
+    return run
+
+
+def _lock(run: Run) -> None:
+    try:
+        run.lock.acquire()
+    except RunBusyError as e:
+        raise TrainingError(str(e)) from None
