@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -580,3 +581,72 @@ def test_resume_refused_names_busy_directory_in_process(tmp_path):
         start_run(None, None, str(out), 1, 1, log=lambda s: None, progress=False)
     run.run()
     assert int(_checkpoint(out)["epoch"]) == 1
+
+
+# -- 3. parameter files (--params, init) -----------------------------------------------------------
+
+START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+
+
+def _params_text(change) -> str:
+    from tuner.evals import clockwork as cw
+    d = cw.registry().to_dict()
+    change(d)
+    return json.dumps(d)
+
+
+# (name, change to a clockwork parameter file's dict, or its raw text; what the message names)
+BAD_PARAMS = [
+    ("nan", lambda d: d["params"][0]["values"].__setitem__(0, [math.nan, 1]),
+     "NaN is not a number"),
+    ("inf", lambda d: d["params"][0]["values"].__setitem__(0, [1, math.inf]), "Infinity"),
+    ("1e300", lambda d: d["params"][2]["values"].__setitem__(0, [1e300, 1]),
+     "params[2] (" ),
+    ("string value", lambda d: d["params"][1]["values"].__setitem__(0, ["x", 1]),
+     ".values[0][0]: must be a number"),
+    ("bool value", lambda d: d["params"][1]["values"].__setitem__(0, [True, 1]),
+     ".values[0][0]: must be a number"),
+    ("null value", lambda d: d["params"][1]["values"].__setitem__(0, [1, None]),
+     ".values[0][1]: must be a number"),
+    ("not a pair", lambda d: d["params"][0]["values"].__setitem__(0, 5), "[mg, eg] pair"),
+    ("shape text", lambda d: d["params"][0].update(shape="x"), "params[0] (PAWN_MAT).shape"),
+    ("negative shape", lambda d: d["params"][0].update(shape=[-1]), ".shape"),
+    ("huge shape", lambda d: d["params"][0].update(shape=[10 ** 6, 10 ** 6]), ".shape"),
+    ("no offset", lambda d: d["params"][1].pop("offset"), "missing 'offset'"),
+    ("params not a list", lambda d: d.update(params=5), '"params" list'),
+    ("entry not an object", lambda d: d["params"].__setitem__(0, 7), "params[0]: must be"),
+    ("constant not bools", lambda d: d["params"][0].update(constant=[1]), ".constant"),
+    ("top level list", lambda d: (d.clear(), d.update(x=1)), '"params" list'),
+]
+
+
+def _bad_params(tmp_path, name, change):
+    p = tmp_path / "bad.json"
+    p.write_text(_params_text(change), encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("name, change, needle", BAD_PARAMS, ids=[b[0] for b in BAD_PARAMS])
+def test_bad_params_file_for_eval(tmp_path, name, change, needle):
+    p = _bad_params(tmp_path, name, change)
+    r = CliRunner().invoke(main, ["eval", "--params", str(p), START])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (r.output, r.exception)
+    assert "Traceback" not in r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {p}: ") and needle in lines[0], lines
+
+
+@pytest.mark.parametrize("name, change, needle", BAD_PARAMS[:4], ids=[b[0] for b in BAD_PARAMS[:4]])
+def test_bad_params_file_as_init(tmp_path, name, change, needle):
+    _bad_params(tmp_path, name, change)
+    cfg = _cfg(tmp_path, TOML + '\n[evaluation]\ninit = "bad.json"\n')
+    out = tmp_path / "out"
+    _refused(_train("--config", cfg, "--out", out), "[evaluation] init", "bad.json", needle)
+    assert not out.exists()
+
+
+def test_binary_params_file(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_bytes(TINY.read_bytes()[:500])
+    r = CliRunner().invoke(main, ["eval", "--params", str(p), START])
+    assert r.exit_code == 1 and "not a text file" in r.stderr and "Traceback" not in r.output

@@ -193,12 +193,14 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     import importlib
 
     from . import EVALUATIONS
-    from .registry import ParamRegistry
+    from .registry import ParamFileError, ParamRegistry
 
     module = importlib.import_module(EVALUATIONS[evaluation])
     try:
         reg = module.registry() if params is None else ParamRegistry.from_json(params)
         module.load_params(reg)  # checks the layout
+    except ParamFileError as e:  # names the file and the entry
+        raise click.ClickException(str(e))
     except (OSError, ValueError, KeyError) as e:
         raise click.ClickException(f"{params}: {e}")
 

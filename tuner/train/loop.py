@@ -32,6 +32,7 @@ import numpy as np
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.evals.export import to_cpp
+from tuner.evals.registry import MAX_PARAM_MAGNITUDE
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
@@ -46,7 +47,7 @@ from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
-MAX_PARAM = 1e9
+MAX_PARAM = MAX_PARAM_MAGNITUDE
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
 add_history(HISTORY_FIELDS)
 #: What `start_run` creates in a new run directory (removed again if the run fails before its
@@ -114,8 +115,10 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
         except FileNotFoundError:
             raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
                               f"'zero', 'default' or 'random')") from None
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-            raise ConfigError(f"[evaluation] init: {path} is not a parameter file: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"[evaluation] init: cannot read {path}: {e.strerror}") from None
+        except ValueError as e:  # ParamFileError: names the file and the entry
+            raise ConfigError(f"[evaluation] init: {e}") from None
         if (loaded.names != registry.names or loaded.n_params != n
                 or loaded.n_values != n_values):
             raise ConfigError(f"[evaluation] init: {path} does not hold the parameters of "
