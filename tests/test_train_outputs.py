@@ -237,7 +237,7 @@ def test_non_finite_result_names_its_batch(tmp_path, tiny_cfg, tiny):
 
 def test_overflowing_init_through_the_cli(tmp_path):
     """An init file beyond the parameter bound is refused before anything is created."""
-    message = "params[0] (PAWN_MAT).values[0][0]: must be within +-1e+09, got 1e+308"
+    message = "params[0] (PAWN_MAT).values[0][0]: must be within +-1e+18, got 1e+308"
     reg = cw.registry()
     huge = np.full((reg.n_params, 2), 1e308)
     (tmp_path / "huge.json").write_text(reg.dumps(huge), encoding="utf-8")

@@ -38,9 +38,9 @@ _ENTRY_KEYS = ("name", "kind", "shape", "offset", "values", "constant")
 PAIR = "pair"
 VALUE = "value"
 KINDS = (PAIR, VALUE)
-#: Largest magnitude a parameter file may hold: beyond it no engine integer can carry it, and a
-#: run stops as diverged (the trainer uses the same bound).
-MAX_PARAM_MAGNITUDE = 1e9
+#: Largest magnitude a parameter file may hold: rounded, it still fits a 64-bit integer (the
+#: trainer stops a run long before, at +-1e9).
+MAX_PARAM_MAGNITUDE = 1e18
 #: Largest number of entries of one parameter group.
 MAX_GROUP_ENTRIES = 1 << 20
 

@@ -32,7 +32,6 @@ import numpy as np
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
 from tuner.evals.export import to_cpp
-from tuner.evals.registry import MAX_PARAM_MAGNITUDE
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
@@ -47,7 +46,7 @@ from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
-MAX_PARAM = MAX_PARAM_MAGNITUDE
+MAX_PARAM = 1e9
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
 add_history(HISTORY_FIELDS)
 #: What `start_run` creates in a new run directory (removed again if the run fails before its
