@@ -7,31 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-from contextlib import contextmanager
 
 import click
 
+from tuner.interrupt import exit_status, sigterm_as_interrupt
+
 FORMAT_CHOICES = ("auto", "clockwork", "bracket", "pipe", "epd")
 PROGRESS_MIN_BYTES = 16 << 20
-
-
-@contextmanager
-def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit so cleanup (temporary output file) runs."""
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not in the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @click.command("convert")
@@ -69,7 +52,7 @@ def convert_cmd(inputs, output, fmt, policy, progress):
     show = progress if progress is not None else (total >= PROGRESS_MIN_BYTES
                                                    and sys.stderr.isatty())
     try:
-        with _sigterm_as_exit():
+        with sigterm_as_interrupt():
             if show:
                 with click.progressbar(length=total, label="converting", file=sys.stderr,
                                        show_percent=True, show_eta=True) as bar:
@@ -79,6 +62,9 @@ def convert_cmd(inputs, output, fmt, policy, progress):
                 summary = convert_files(list(inputs), output, fmt, policy)
     except DatasetError as e:
         raise click.ClickException(str(e)) from e
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the partial output is already removed
+        click.echo(f"\ninterrupted; {output} was not written (an existing one is left as it was)", err=True)
+        sys.exit(exit_status(e))
     for msg in summary.messages:
         click.echo(msg, err=True)
     for fs in summary.files:
