@@ -3,17 +3,16 @@ binary input given as text, the formats eval reads, line numbering, capped quote
 every bad line, full and read-only disks, leftovers."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import gzip
 import os
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from disks import remount, small_disk
 from tuner.cli import main
 from tuner.data import DatasetError, convert_files
 from tuner.data.errors import SHOW_BAD
@@ -183,19 +182,6 @@ def test_strict_failure_keeps_the_report(tmp_path):
 
 # -- full and read-only disks, leftovers ----------------------------------------------------------
 
-@contextlib.contextmanager
-def small_disk(path: Path, size: str):
-    """A tmpfs of `size` at `path` if this process may mount one (root); else None."""
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                             capture_output=True).returncode == 0 if os.geteuid() == 0 else False
-    try:
-        yield path if mounted else None
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 def test_convert_on_a_full_disk(tmp_path, monkeypatch):
     src = tmp_path / "in.txt"
     src.write_text(TINY_TXT.read_text())                     # 4,000 rows: 69 KB of Parquet
@@ -225,7 +211,7 @@ def test_convert_on_a_read_only_disk_keeps_the_old_output(tmp_path, monkeypatch)
         convert_files([src], out)
         before = out.read_bytes()
         if disk is not None:
-            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+            remount(disk, "ro")
         else:
             import tuner.data.convert as conv
 
@@ -236,7 +222,7 @@ def test_convert_on_a_read_only_disk_keeps_the_old_output(tmp_path, monkeypatch)
             r = _invoke("convert", src, "-o", out)
         finally:
             if disk is not None:
-                subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+                remount(disk, "rw")
         assert r.exit_code == 1 and "Traceback" not in r.output
         assert f"{out}: cannot write: Read-only file system" in r.stderr
         assert out.read_bytes() == before and sorted(x.name for x in base.iterdir()) == ["o.parquet"]

@@ -7,7 +7,6 @@ the test can mount one (root), otherwise an OSError injected into the atomic wri
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
@@ -26,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from tuner import fileio
+from disks import remount, small_disk
 from tuner.cli import main
 from tuner.evals.registry import ParamRegistry
 from tuner.train.checkpoint import FIELDS
@@ -320,19 +320,6 @@ def test_checkpoint_fields_cover_what_is_saved(trained):
 
 # -- 4. full and read-only disks, SIGTERM ---------------------------------------------------------
 
-@contextlib.contextmanager
-def small_disk(path: Path, size: str):
-    """A tmpfs of `size` at `path` if this process may mount one (root); else None."""
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                             capture_output=True).returncode == 0 if os.geteuid() == 0 else False
-    try:
-        yield path if mounted else None
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 def _inject(monkeypatch, err: int, after: int = 0):
     """The atomic writer fails with `err` from its (after+1)-th write on."""
     real = fileio.finish_temp
@@ -375,7 +362,7 @@ def test_full_disk_during_training(tmp_path, monkeypatch):
         assert (out / CHECKPOINT).exists()                   # epoch 1 was kept
         # with room again, the run resumes and its outputs agree with its checkpoint
         if injected is None:
-            subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+            remount(disk, "size=4m")
         else:
             monkeypatch.undo()
         _ok(_train("--resume", out))
@@ -391,12 +378,12 @@ def test_read_only_disk_on_resume(tmp_path, monkeypatch):
         _ok(_train("--config", cfg, "--out", out, "--epochs", 1))
         before = {p.name: p.read_bytes() for p in out.iterdir()}
         if disk is not None:
-            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+            remount(disk, "ro")
         else:
             _inject(monkeypatch, errno.EROFS)
         r = _train("--resume", out, "--epochs", 2)
         if disk is not None:
-            subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+            remount(disk, "rw")
         _refused(r, str(out), "Read-only file system")
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 

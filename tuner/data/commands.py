@@ -35,7 +35,9 @@ PROGRESS_MIN_BYTES = 16 << 20
 def convert_cmd(inputs, output, fmt, policy, progress):
     """Convert text files of labelled positions (INPUT...) into one Parquet file.
 
-    Bad lines are reported as file:line: reason. The output gets the columns fen (string),
+    Bad lines are reported as file:line: reason (the first 10; with more, every one is written
+    to OUTPUT.bad.txt). Binary inputs (a Parquet file, ...) are refused. The output gets the
+    columns fen (string),
     result (double, White's point of view) and, for the pipe format, score_cp (int32),
     zstd-compressed in row groups of 131,072 rows. Inputs may be gzip/zstd/bz2/lz4
     compressed (detected from their first bytes).

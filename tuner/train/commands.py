@@ -35,6 +35,8 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
 
     Writes, in the output directory: train.log (one line per epoch), checkpoint.npz (after every
     epoch, atomically), params.json and params.hpp (current parameters), loss.csv and loss.png.
+    One process at a time trains in a directory; --resume first brings the outputs up to date
+    with the checkpoint. SIGTERM stops like Ctrl-C, keeping the last completed epoch.
     """
     from tuner.data import DatasetError
     from .config import ConfigError, describe
