@@ -40,8 +40,8 @@ from .plot import write_loss_png
 from .schedule import check_patterns, learning_rate, trainable_mask
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
-from .rundir import RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta, \
-    write_meta
+from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
+                     write_meta)
 from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
