@@ -367,7 +367,7 @@ class Run:
     def run(self, data: Data | None = None) -> dict:
         """Train from the current epoch to `self.epochs` in the locked run directory; returns the
         final history."""
-        self.lock.acquire()
+        _lock(self)
         try:
             if self.epoch >= self.epochs:
                 self.write_history()
@@ -458,8 +458,8 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise WriteError(out_dir, e) from None
+    _lock(run)  # refused: the directory is another process's, leave it alone
     try:
-        _lock(run)
         if (out_dir / CHECKPOINT).exists():
             raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to "
                                 f"continue it, or choose another --out")
