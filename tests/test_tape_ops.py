@@ -178,6 +178,15 @@ def sq_err_jac(v, p, c):
     return np.array([[2.0 * (s - c["y"]) * s * (1.0 - s) * c["k"]]])
 
 
+def xent_ref(v, p, c):
+    q = sig(c["k"] * v[0])
+    return -(c["y"] * math.log(q) + (1.0 - c["y"]) * math.log(1.0 - q))
+
+
+def xent_jac(v, p, c):
+    return np.array([[(sig(c["k"] * v[0]) - c["y"]) * c["k"]]])
+
+
 def nary_indices(rng, n):
     """2..8 operand indices into n inputs, at least one of them repeated."""
     idx = list(rng.integers(0, n, size=int(rng.integers(1, 8))))
@@ -294,6 +303,11 @@ CASES = [
                     y=lambda r: float(r.choice([0.0, 0.5, 1.0, U(r, 0, 1)]))),
          lambda g, V, P, c: Value(g, ops.record_sigmoid_sq_err(g.tape, V[0].index, c["k"], c["y"])),
          sq_err_ref, sq_err_jac),
+    Case("sigmoid_xent", ("sigmoid_xent",),
+         with_const(vals(lambda r: U(r, -6, 6)), k=lambda r: away(r, 0.2, 2),
+                    y=lambda r: float(r.choice([0.0, 0.5, 1.0, U(r, 0, 1)]))),
+         lambda g, V, P, c: Value(g, ops.record_sigmoid_xent(g.tape, V[0].index, c["k"], c["y"])),
+         xent_ref, xent_jac),
     # Constant leaves (a record each): their value enters the product, they take no input.
     Case("const", ("const", "vv:mul"), with_const(io(1), x=std),
          lambda g, V, P, c: V[0] * g.value(c["x"]), lambda v, p, c: v[0] * c["x"],
@@ -321,7 +335,7 @@ TABLE_OPS = {  # every public recorder of the op table must be exercised above
     "pair_mul", "pair_neg", "pair_sigmoid", "pair_mul_scalar", "pair_div_scalar",
     "scalar_div_pair", "pair_mul_value", "value_mul_pair", "pair_div_value", "value_div_pair",
     "eg_scale", "add_clamped_eg", "phase", "sum", "lincomb_pair", "lincomb_value",
-    "add_winnable_eg", "eg_scale_by_sign", "const", "const_pair", "sigmoid_sq_err",
+    "add_winnable_eg", "eg_scale_by_sign", "const", "const_pair", "sigmoid_sq_err", "sigmoid_xent",
 }
 
 

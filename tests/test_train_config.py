@@ -137,7 +137,7 @@ def test_help_config_lists_every_key():
 def test_example_configs_are_valid():
     cfg = load_config("configs/default.toml")
     assert cfg["data"]["train"] == ["selfplay-std", "selfplay-dfrc"]
-    assert cfg["schedule"]["type"] == "exponential"
+    assert cfg["evaluation"]["init"] == "default" and cfg["training"]["patience"] > 0
 
 
 # -- the same errors through the CLI: exit code 2, one line on stderr, no traceback -------------

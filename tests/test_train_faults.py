@@ -160,6 +160,9 @@ def test_kill_after_the_last_checkpoint_is_repaired_on_resume(tmp_path):
     assert "nothing to train: the run is at epoch 4 of 4" in r.stdout
     assert "data:" not in r.stdout                                   # no data loaded again
     assert _params_of(out).tobytes() == ck["theta"].tobytes()
+    assert int(ck["best_epoch"]) >= 1
+    best = ParamRegistry.from_json(out / "best.json")
+    assert best.defaults.reshape(-1).tobytes() == ck["best_theta"].tobytes()
     assert len((out / "loss.csv").read_text().splitlines()) == 1 + 4
     reg = ParamRegistry.from_json(out / "params.json")
     from tuner.evals.export import to_cpp
@@ -295,6 +298,11 @@ DAMAGE = [
     ("rng-not-json", lambda c: c.update(rng=np.array("{oops")), "rng"),
     ("rng-wrong-state", lambda c: c.update(rng=np.array('{"bit_generator": "MT19937"}')), "rng"),
     ("evaluation", lambda c: c.update(evaluation=np.array("material")), "evaluation"),
+    ("k-nan", lambda c: c.update(k=np.float64(np.nan)), "k"),
+    ("k-negative", lambda c: c.update(k=np.float64(-0.01)), "k"),
+    ("best-epoch-ahead", lambda c: c.update(best_epoch=np.int64(7)), "best_epoch"),
+    ("best-theta-short", lambda c: c.update(best_theta=c["best_theta"][:5]), "best_theta"),
+    ("best-val-nan", lambda c: c.update(best_val=np.float64(np.nan)), "best_val"),
     ("missing-m", lambda c: c.pop("m"), "'m'"),
     ("unknown-key", lambda c: c.update(extra=np.zeros(3)), "extra"),
     ("object-array", lambda c: c.update(theta=np.array([None] * _n(c), dtype=object)), CHECKPOINT),

@@ -55,11 +55,12 @@ def cli_run(tmp_path_factory):
 def test_output_files(cli_run):
     cfg, out, r = cli_run
     names = {p.name for p in out.iterdir()}
-    assert {"config.toml", "train.log", CHECKPOINT, "params.json", "params.hpp", "loss.csv",
-            "loss.png"} <= names
+    assert {"config.toml", "train.log", CHECKPOINT, "params.json", "params.hpp", "best.json",
+            "best.hpp", "loss.csv", "loss.png"} <= names
     _no_stray_files(out)
     assert (out / "config.toml").read_bytes() == cfg.read_bytes()
-    assert f"done: parameters in {out / 'params.json'}" in r.stdout
+    assert f"done: last parameters in {out / 'params.json'}" in r.stdout
+    assert f"in {out / 'best.json'}" in r.stdout
 
 
 def test_train_log_one_line_per_epoch(cli_run):
@@ -144,7 +145,8 @@ def test_run_without_validation_set(tmp_path):
     assert r.exit_code == 0, (r.output, r.exception)
     ck = _checkpoint(out)
     assert np.isnan(ck["history_val_loss"]).all() and np.isfinite(ck["history_train_loss"]).all()
-    assert "train 4,000 positions, validation 0" in r.stdout
+    assert re.search(r"train 4,000 positions \([\d,]+ games\), validation 0 \(no validation\)",
+                     r.stdout), r.stdout
     epochs = [ln for ln in (out / "train.log").read_text().splitlines() if ln.startswith("epoch")]
     assert len(epochs) == 2 and all(" val - " in ln for ln in epochs)
     assert (out / "loss.png").read_bytes().startswith(PNG)

@@ -340,10 +340,14 @@ class ParamRegistry:
         d["params"] = params
         return d
 
-    def dumps(self, values=None, value_values=None) -> str:
-        """JSON text in the layout of clockwork-params.json (one group per three lines)."""
+    def dumps(self, values=None, value_values=None, note: dict | None = None) -> str:
+        """JSON text in the layout of clockwork-params.json (one group per three lines); `note`
+        (e.g. where tuned parameters came from) is written as a top-level ``"note"`` object,
+        which reading ignores."""
         d = self.to_dict(values, value_values)
         head = {k: d[k] for k in d if k != "params"}
+        if note is not None:
+            head["note"] = note
         lines = ["{"]
         for k, val in head.items():
             lines.append(f" {json.dumps(k)}: {json.dumps(val)},")

@@ -53,6 +53,8 @@ CONST             s0 -> value (a leaf)                       const
 CONST_PAIR        (s0, s1) -> pair (a leaf)                  const_pair
 SIGMOID_SQ_ERR    value lhs -> (sigmoid(s0 lhs) - s1)^2      sigmoid_sq_err (the Texel loss of
                                                              an eval, K = s0, result = s1)
+SIGMOID_XENT      value lhs -> -(s1 log p + (1 - s1)         sigmoid_xent (the cross-entropy
+                  log(1 - p)), p = sigmoid(s0 lhs)           loss, K = s0, target = s1)
 ================  =========================================  ==================================
 
 The clamped adds keep the sign of eg: if ``eg + w`` would cross zero the result is 0 and neither eg
@@ -116,10 +118,13 @@ FORM_TABLE = (
     ("const", S_VALUE, S_NONE, S_NONE, S_NONE, 1, KS_NONE),
     ("const_pair", S_PAIR, S_NONE, S_NONE, S_NONE, 2, KS_NONE),
     ("sigmoid_sq_err", S_VALUE, S_VALUE, S_NONE, S_NONE, 2, KS_NONE),
+    ("sigmoid_xent", S_VALUE, S_VALUE, S_NONE, S_NONE, 2, KS_NONE),
 )
 (F_VV, F_VS, F_SV, F_V, F_PP, F_PS, F_SP, F_PV, F_VP, F_P, F_EG_SCALE, F_ADD_CLAMPED_EG, F_PHASE,
  F_SUM, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_SIGN, F_CONST,
- F_CONST_PAIR, F_SIGMOID_SQ_ERR) = range(len(FORM_TABLE))
+ F_CONST_PAIR, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT) = range(len(FORM_TABLE))
+#: The loss forms: a position's last record, the loss of its evaluation against its target.
+LOSS_FORMS = (F_SIGMOID_SQ_ERR, F_SIGMOID_XENT)
 FORM_NAMES = tuple(f[0] for f in FORM_TABLE)
 N_FORMS = len(FORM_TABLE)
 #: Per form (index = form): output, lhs, rhs and n-ary operand slot kinds, scalars used.
@@ -412,6 +417,19 @@ def _sigmoid_sq_err_bwd(val, vg, o, a, k, target):
 
 
 @njit(**JIT)
+def _sigmoid_xent_fwd(val, o, a, k, target):
+    # -(t log p + (1 - t) log(1 - p)) with p = sigmoid(z) is softplus(z) - t z, computed without
+    # overflow: softplus(z) = max(z, 0) + log1p(exp(-|z|)).
+    z = k * val[a]
+    val[o] = max(z, 0.0) + np.log1p(np.exp(-abs(z))) - target * z
+
+
+@njit(**JIT)
+def _sigmoid_xent_bwd(val, vg, o, a, k, target):
+    vg[a] += (sigmoid(k * val[a]) - target) * k * vg[o]
+
+
+@njit(**JIT)
 def _const_fwd(val, o, x):
     val[o] = x
 
@@ -559,6 +577,15 @@ def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
     """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
     o = _append(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
     _sigmoid_sq_err_fwd(t.arena.val, o, a, k, target)
+    return o
+
+
+@njit(**JIT)
+def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
+    """-(target log p + (1 - target) log(1 - p)), p = sigmoid(k * value a): the cross-entropy
+    of an evaluation against a target in [0, 1]"""
+    o = _append(t, F_SIGMOID_XENT, 0, a, 0, k, target)
+    _sigmoid_xent_fwd(t.arena.val, o, a, k, target)
     return o
 
 

@@ -43,13 +43,14 @@ from numba.extending import intrinsic
 from .arena import Arena
 from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
                   F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
-                  F_PV, F_SIGMOID_SQ_ERR, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV, FORM_LHS, FORM_NARY, FORM_OUT,
-                  FORM_RHS, FORM_SCALARS, KERNEL_BITS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
+                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV, FORM_LHS, FORM_NARY, FORM_OUT,
+                  FORM_RHS, FORM_SCALARS, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
                   _clamped_add_eg_bwd, _clamped_add_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
                   _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,
                   _lincomb_pair_fwd, _lincomb_value_bwd, _lincomb_value_fwd, _phase_bwd,
                   _phase_fwd, _pp_bwd, _pp_fwd, _ps_bwd, _ps_fwd, _pv_bwd, _pv_fwd,
-                  _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sp_bwd,
+                  _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sigmoid_xent_bwd,
+                  _sigmoid_xent_fwd, _sp_bwd,
                   _sp_fwd, _sum_bwd, _sum_fwd, _sv_bwd, _sv_fwd, _vp_bwd, _vp_fwd, _vs_bwd,
                   _vs_fwd, _vv_bwd, _vv_fwd, tag_name)
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
@@ -456,10 +457,10 @@ def arena_size(store: Store) -> tuple[int, int]:
 
 def _is_linear_texel(recs: np.ndarray, out_slots: np.ndarray) -> bool:
     """Whether template records are: a linear combination, its phase blend (the first output)
-    and the Texel loss of that (the second): the shape of every linear evaluation's position."""
+    and a loss of that (the second): the shape of every linear evaluation's position."""
     return (len(recs) == 3 and len(out_slots) == 2
-            and [r >> KERNEL_BITS for r in recs[:, 0]] == [F_LINCOMB_PAIR, F_PHASE,
-                                                            F_SIGMOID_SQ_ERR]
+            and [r >> KERNEL_BITS for r in recs[:2, 0]] == [F_LINCOMB_PAIR, F_PHASE]
+            and recs[2, 0] >> KERNEL_BITS in LOSS_FORMS
             and recs[1, 2] == recs[0, 1] and recs[2, 2] == recs[1, 1]
             and out_slots[0] == recs[1, 1] and out_slots[1] == recs[2, 1])
 
@@ -610,7 +611,11 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             o0, o1, o2 = t_out[r0], t_out[r0 + 1], t_out[r0 + 2]
             _lincomb_pair_fwd(pv, idx, coef, o0, q, n)
             _phase_fwd(val, pv, o1, o0, alpha)
-            _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
+            squared = t_op[r0 + 2] >> KERNEL_BITS == F_SIGMOID_SQ_ERR  # else cross-entropy
+            if squared:
+                _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
+            else:
+                _sigmoid_xent_fwd(val, o2, o1, s0, s1)
             outputs[i, 0] = val[o1]
             outputs[i, 1] = val[o2]
             if with_grad:
@@ -619,7 +624,10 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                 pg[o0, 0] = 0.0
                 pg[o0, 1] = 0.0
                 vg[o2] += seed
-                _sigmoid_sq_err_bwd(val, vg, o2, o1, s0, s1)
+                if squared:
+                    _sigmoid_sq_err_bwd(val, vg, o2, o1, s0, s1)
+                else:
+                    _sigmoid_xent_bwd(val, vg, o2, o1, s0, s1)
                 _phase_bwd(vg, pg, o1, o0, alpha)
                 _lincomb_pair_bwd(pg, idx, coef, o0, q, n)
             continue
@@ -674,6 +682,8 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                 _const_pair_fwd(pv, o, s0, s1)
             elif form == F_SIGMOID_SQ_ERR:
                 _sigmoid_sq_err_fwd(val, o, a, s0, s1)
+            elif form == F_SIGMOID_XENT:
+                _sigmoid_xent_fwd(val, o, a, s0, s1)
             else:
                 return op  # freezing refuses unknown tags; the caller raises
         for s in range(n_seg):
@@ -735,6 +745,8 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                 _eg_scale_by_sign_bwd(pv, pg, o, a, s0, s1)
             elif form == F_SIGMOID_SQ_ERR:
                 _sigmoid_sq_err_bwd(val, vg, o, a, s0, s1)
+            elif form == F_SIGMOID_XENT:
+                _sigmoid_xent_bwd(val, vg, o, a, s0, s1)
             elif form == F_CONST or form == F_CONST_PAIR:
                 pass  # a leaf: nothing to propagate
             else:

@@ -101,6 +101,20 @@ def _epochs_list(a, e, got):
         "must count the epochs 1, 2, ..., epoch"
 
 
+def _k(a, e, got):
+    return None if np.isfinite(a) and a > 0 else f"must be a finite number > 0, got {float(a)}"
+
+
+def _best_epoch(a, e, got):
+    epoch = int(got["epoch"])
+    return (None if 0 <= int(a) <= epoch else
+            f"must be in 0..{epoch} (the epochs done), got {int(a)}")
+
+
+def _best_val(a, e, got):
+    return None if not np.isnan(a) and a >= 0 else f"must be a loss >= 0 (or inf), got {float(a)}"
+
+
 def _evaluation(a, e, got):
     return None if str(a) == e.evaluation else \
         f"is {str(a)!r}, this run tunes {e.evaluation!r}: the checkpoint is another evaluation's"
@@ -137,6 +151,11 @@ FIELDS: dict[str, Field] = {
     "theta": Field(Kind.FLOAT, _theta, _params, doc="parameters (flat: pairs, then values)"),
     "m": Field(Kind.FLOAT, _theta, _finite, doc="first moment / momentum"),
     "v": Field(Kind.FLOAT, _theta, _second_moment, doc="AdamW second moment"),
+    "k": Field(Kind.FLOAT, (), _k, doc="K of the loss (given or fitted)"),
+    "best_epoch": Field(Kind.INT, (), _best_epoch,
+                        doc="epoch of the best validation loss (0: none)"),
+    "best_val": Field(Kind.FLOAT, (), _best_val, doc="the best validation loss (inf: none)"),
+    "best_theta": Field(Kind.FLOAT, _theta, _params, doc="parameters of the best epoch"),
 }
 HISTORY_CHECKS: dict[str, Check | None] = {"epoch": _epochs_list, "train_loss": _finite}
 

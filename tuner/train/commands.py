@@ -52,9 +52,12 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     except (ConfigError, DatasetError, TrainingError, OSError) as e:  # OSError: disk full ...
         _fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
-        click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume with --resume DIR)", err=True)
+        click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume "
+                   "with --resume DIR)", err=True)
         sys.exit(exit_status(e))
-    click.echo(f"done: parameters in {run.out / 'params.json'} and {run.out / 'params.hpp'}")
+    best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
+            if run.best_epoch else "")
+    click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")
 
 
 @click.command("bench")

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .split import DEFAULT_BLOCK
+from .targets import LOSS_FORMS, MAX_FIT_POSITIONS
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -74,6 +77,20 @@ _epochs = _between(1, MAX_EPOCHS)
 _epoch = _between(0, MAX_EPOCHS)
 
 
+def _k_value(x):
+    if isinstance(x, str):
+        return None if x == "fit" else "must be a number or \"fit\""
+    return _between(K_MIN, K_MAX)(x)
+
+
+def _at_least_one(x):
+    return None if x >= 1 else "must be >= 1"
+
+
+def _blend(x):
+    return None if 0 <= x <= 1 else "must be in [0, 1]"
+
+
 def _one_of(*allowed):
     def check(x):
         return None if x in allowed else f"must be one of {', '.join(map(repr, allowed))}"
@@ -91,9 +108,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
                      "Datasets to train on: registry names (datasets/registry.toml) or Parquet "
                      "paths (relative to the config file). Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
-                                   "Share of the positions held out for the validation loss.",
-                                   _fraction),
-        "split_seed": Key((int,), 1, "Seed of the train/validation split (>= 0).", _seed),
+                                   "Share of the positions held out for the validation loss. "
+                                   "Whole games are held out, never single positions: a game's "
+                                   "positions share its result, so a split by position lets the "
+                                   "tuner score well on validation by remembering games, and "
+                                   "its parameters can get worse on games it never saw while "
+                                   "the validation loss says they got better.", _fraction),
+        "split_seed": Key((int,), 1, "Seed of the train/validation split (which games are held "
+                          "out; >= 0).", _seed),
+        "split_block": Key((int,), DEFAULT_BLOCK,
+                           "For a dataset without a 'game' column: the validation split holds "
+                           "out blocks of this many consecutive positions (file order keeps a "
+                           "game's positions together, so only games crossing a block boundary "
+                           "can fall on both sides).", _at_least_one),
         "policy": Key((str,), "skip", "Bad rows: 'skip' (drop and report) or 'strict' (fail).",
                       _one_of("skip", "strict")),
     },
@@ -109,10 +136,22 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "random_seed": Key((int,), 0, "Seed of the 'random' initialisation (>= 0).", _seed),
     },
     "loss": {
-        "k": Key(NUM, 1 / 400, "Scale K of the prediction sigmoid(K * eval); the loss is the "
-                 "mean squared error between the prediction and the game result. Allowed: "
-                 f"{K_MIN:g} to {K_MAX:g} (beyond, sigmoid(K * eval) cannot learn).",
-                 _between(K_MIN, K_MAX)),
+        "k": Key((int, float, str), 1 / 400,
+                 "Scale K of the prediction sigmoid(K * eval), or \"fit\": before training, the "
+                 "K minimising the mean squared error of the starting parameters against the game "
+                 f"results on the training positions (at most {MAX_FIT_POSITIONS:,}, evenly "
+                 "spaced); it is logged and kept in the checkpoint. Needs starting parameters "
+                 "that tell positions apart (not init \"zero\"). A number must lie in "
+                 f"[{K_MIN:g}, {K_MAX:g}]: beyond, sigmoid(K * eval) cannot learn.", _k_value),
+        "function": Key((str,), "mse",
+                        "'mse': the mean squared error (prediction - target)^2 (Texel's); "
+                        "'cross_entropy': -(target log p + (1 - target) log(1 - p)).",
+                        _one_of(*LOSS_FORMS)),
+        "score_blend": Key(NUM, 0.0,
+                           "lambda: the target is lambda * sigmoid(K * score_cp) + (1 - lambda) "
+                           "* result, blending the game result with the engine's score where "
+                           "the data has one (a dataset without scores is an error for lambda "
+                           "> 0). 0: the game result.", _blend),
     },
     "optimizer": {
         "name": Key((str,), "adamw", "'adamw' or 'sgd' (with momentum).", _one_of("adamw", "sgd")),
@@ -155,6 +194,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "threads": Key((int,), 0, f"Worker threads (0 = all cores; at most {MAX_THREADS}). "
                        "Results do not depend on it.", _between(0, MAX_THREADS)),
         "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle (>= 0).", _seed),
+        "patience": Key((int,), 0,
+                        "Early stopping: stop once the validation loss has not improved on its "
+                        "best for this many epochs (0: run every epoch). The best epoch's "
+                        "parameters are kept as best.json / best.hpp either way.",
+                        _epoch),
         "store_cache": Key((str,), "",
                            "Folder (relative to the config file) where the replay store is kept "
                            "between runs: written once, keyed by a digest of the positions, "
@@ -175,7 +219,7 @@ SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
 STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
 #: Keys that may differ between a run and its resumption (they do not change the result).
 RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode"),
-               ("training", "store_cache")}
+               ("training", "store_cache"), ("training", "patience")}
 
 
 def _type_name(types: tuple) -> str:
@@ -297,6 +341,9 @@ def validate(raw: dict, where: str = "config") -> Config:
     if [s["from_epoch"] for s in stages] != sorted({s["from_epoch"] for s in stages}):
         _fail(f"{where}: [freeze] stages", "from_epoch values must be distinct and increasing")
     values["freeze"]["stages"] = stages
+    if values["training"]["patience"] and values["data"]["validation_fraction"] == 0:
+        _fail(f"{where}: [training] patience", "early stopping needs validation positions "
+              "([data] validation_fraction > 0)")
     return Config(values)
 
 

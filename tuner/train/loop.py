@@ -7,7 +7,14 @@ A run writes into its output directory:
 * ``checkpoint.npz``: after every epoch, atomically: parameters, optimiser state, step and epoch,
   the shuffle RNG state, the loss history and the config digest;
 * ``params.json`` and ``params.hpp``: the current parameters (registry JSON; Clockwork C++);
+* ``best.json`` and ``best.hpp``: the parameters of the epoch with the lowest validation loss so
+  far (the epoch is in the JSON's ``meta``), which is what a run's result usually is: later
+  epochs may fit the training games better and the held-out games worse;
 * ``loss.csv`` and ``loss.png``: the loss history, at the end.
+
+The validation positions are whole games (`tuner.train.split`). A run ends by comparing, on them,
+the loss of the engine's integer evaluation with the best parameters against the starting
+parameters: the check an engine author would make with ``tuner eval``.
 
 Resuming from the checkpoint continues bit for bit as if the run had never stopped, and first
 brings the outputs up to date with it (a kill between the checkpoint and the outputs leaves them
@@ -38,11 +45,14 @@ from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .plot import write_loss_png
 from .schedule import check_patterns, learning_rate, trainable_mask
+from .split import group_ids, split_by_group
+from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, mse_at
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
+from .heldout import default_theta, integer_evals
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
                      write_meta)
-from .workers import Workers, resolve_threads, split_params
+from .workers import Workers, continuous_evals, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
@@ -60,35 +70,45 @@ class TrainingError(RuntimeError):
 
 @dataclass
 class Data:
-    """Training and validation positions (indices into one concatenated array)."""
+    """Training and validation positions (indices into one concatenated array), split by game
+    (`tuner.train.split`)."""
 
     positions: np.ndarray
     results: np.ndarray
     train: np.ndarray
     val: np.ndarray
     sources: list = field(default_factory=list)
+    score_cp: np.ndarray | None = None  # engine scores, loaded for a score blend
+    train_games: int = 0
+    val_games: int = 0
 
 
 def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
-    """Load every dataset of ``[data] train`` and split off the validation positions."""
-    positions, results, sources = [], [], []
-    for name in cfg["data"]["train"]:
+    """Load every dataset of ``[data] train`` and hold out whole games for validation."""
+    d = cfg["data"]
+    blend = cfg["loss"]["score_blend"] > 0
+    positions, results, scores, games, sources = [], [], [], [], []
+    for name in d["train"]:
         p = cfg.resolve_path(name)
         target = str(p) if (p.suffix == ".parquet" or p.exists()) else name
-        ds = load_dataset(target, policy=cfg["data"]["policy"])
+        ds = load_dataset(target, policy=d["policy"], with_game=True, need_scores=blend)
+        by = "games" if ds.game is not None else f"blocks of {d['split_block']:,} positions"
         log(f"data: {ds.source}: {len(ds):,} positions"
-            + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else ""))
+            + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else "") + f"; split by {by}")
         positions.append(ds.positions)
         results.append(ds.results)
+        scores.append(ds.score_cp)
+        games.append(ds.game)
         sources.append(ds.source)
+    groups = group_ids([len(r) for r in results], games, d["split_block"])
     positions = np.concatenate(positions)
     results = np.concatenate(results)
-    n = len(results)
-    perm = np.random.default_rng(cfg["data"]["split_seed"]).permutation(n)
-    n_val = int(round(cfg["data"]["validation_fraction"] * n))
-    if n - n_val < 1:
+    score_cp = np.concatenate(scores) if blend else None
+    split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
+    if len(split.train) < 1:
         raise TrainingError("no training positions left after the validation split")
-    return Data(positions, results, np.sort(perm[n_val:]), np.sort(perm[:n_val]), sources)
+    return Data(positions, results, split.train, split.val, sources, score_cp,
+                split.train_games, split.val_games)
 
 
 def initial_params(cfg: Config, registry) -> np.ndarray:
@@ -153,6 +173,11 @@ class Run:
         except ValueError as e:
             raise ConfigError(f"{cfg.path}: {e}") from None
         self.theta = initial_params(cfg, self.registry)
+        self.k = None if cfg["loss"]["k"] == "fit" else float(cfg["loss"]["k"])  # fitted in run
+        self.loss_form = LOSS_FORMS[cfg["loss"]["function"]]
+        self.best_epoch = 0  # 0: no epoch validated yet
+        self.best_val = math.inf
+        self.best_theta = self.theta.copy()
         self.no_cpp = False  # set once the evaluation turned out to have no C++ export
         self.m = np.zeros_like(self.theta)
         self.v = np.zeros_like(self.theta)
@@ -186,6 +211,8 @@ class Run:
 
     def save_checkpoint(self) -> None:
         state = dict(theta=self.theta, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
+                     k=self.k, best_theta=self.best_theta, best_epoch=self.best_epoch,
+                     best_val=self.best_val,
                      rng=json.dumps(self.rng.bit_generator.state),
                      digest=self.cfg.digest(), evaluation=self.evaluation.name,
                      config=json.dumps(self.cfg.values, sort_keys=True),
@@ -211,19 +238,29 @@ class Run:
         self.theta = z["theta"]
         self.m, self.v = z["m"], z["v"]
         self.step, self.epoch = int(z["step"]), int(z["epoch"])
+        self.k = float(z["k"])
+        self.best_theta = z["best_theta"]
+        self.best_epoch, self.best_val = int(z["best_epoch"]), float(z["best_val"])
         self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
 
-    def write_params(self) -> None:
-        atomic_write(self.out / "params.json",
-                     self.registry.dumps(self.params, value_values=self.values))
+    def write_params(self, stem: str = "params", theta: np.ndarray | None = None,
+                     note: dict | None = None) -> None:
+        """``stem.json`` and ``stem.hpp`` of `theta` (default: the current parameters); `note`
+        goes into the JSON (``"note"``) and a comment at the top of the C++."""
+        pairs, values = split_params(self.theta if theta is None else theta,
+                                     self.registry.n_params)
+        atomic_write(self.out / f"{stem}.json",
+                     self.registry.dumps(pairs, value_values=values, note=note))
         try:
-            cpp = to_cpp(self.registry, self.params, value_values=self.values)
+            cpp = to_cpp(self.registry, pairs, value_values=values)
         except ValueError as e:  # no C++ layout for this evaluation: say so once
             if not self.no_cpp:
                 self.log(f"no params.hpp: {e}")
             self.no_cpp = True
             return
-        atomic_write(self.out / "params.hpp", cpp)
+        if note is not None:
+            cpp = "".join(f"// {k}: {v}\n" for k, v in note.items()) + cpp
+        atomic_write(self.out / f"{stem}.hpp", cpp)
 
     def write_history(self) -> None:
         h = self.history
@@ -246,8 +283,8 @@ class Run:
         else:
             sgd_step(self.theta, grad, self.m, mask, lr, o["momentum"], o["weight_decay"])
 
-    def run_epoch(self, data: Data, workers: Workers) -> dict:
-        tr, k = self.cfg["training"], self.cfg["loss"]["k"]
+    def run_epoch(self, data: Data, targets: np.ndarray, workers: Workers) -> dict:
+        tr, k = self.cfg["training"], self.k
         e = self.epoch
         lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
         mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
@@ -262,7 +299,7 @@ class Run:
         try:
             for b in range(n_batches):
                 batch = order[b * bs:(b + 1) * bs]
-                sse, grad = workers.loss_grad(self.theta, data.positions, data.results, batch, k)
+                sse, grad = workers.loss_grad(self.theta, data.positions, targets, batch, k)
                 if not (math.isfinite(sse) and np.isfinite(grad).all()):
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not "
                                   f"finite (loss {sse / len(batch)!r})")
@@ -282,8 +319,8 @@ class Run:
         train_loss = math.fsum(sse_total) / len(order)
         val_loss = math.nan
         if len(data.val):
-            val_sse, _ = workers.loss_grad(self.theta, data.positions, data.results, data.val,
-                                           k, with_grad=False)
+            val_sse, _ = workers.loss_grad(self.theta, data.positions, targets, data.val, k,
+                                           with_grad=False)
             val_loss = val_sse / len(data.val)
             if not math.isfinite(val_loss):
                 self.diverged(f"epoch {e + 1}: the validation loss is {val_loss}")
@@ -303,20 +340,21 @@ class Run:
             f"reads must be a parameter or written by an earlier record of the same position "
             f"(record constants per position with record_const)")
 
-    def store_key(self, data: Data) -> str:
-        """What a replay store depends on: positions, results, K and the evaluation's code."""
+    def store_key(self, data: Data, targets: np.ndarray) -> str:
+        """What a replay store depends on: positions, targets, K, the loss and the evaluation's
+        code."""
         import tuner
 
         h = hashlib.blake2b(digest_size=16)
-        for arr in (data.positions, data.results):
+        for arr in (data.positions, targets):
             h.update(np.ascontiguousarray(arr).data)
-        h.update(repr(float(self.cfg["loss"]["k"])).encode())
+        h.update(repr((self.k, self.loss_form)).encode())
         module = sys.modules[self.evaluation.record_batch.py_func.__module__]
         h.update(Path(module.__file__).read_bytes())
         h.update(tuner.source_digest().encode())
         return h.hexdigest()
 
-    def replay_store(self, data: Data):
+    def replay_store(self, data: Data, targets: np.ndarray):
         """Every position's recording, frozen for the player (recorded, or loaded from
         ``[training] store_cache``); None for eager epochs."""
         tr = self.cfg["training"]
@@ -325,7 +363,7 @@ class Run:
         t0 = time.perf_counter()
         cache = None
         if tr["store_cache"]:
-            key = self.store_key(data)
+            key = self.store_key(data, targets)
             cache = self.cfg.resolve_path(tr["store_cache"]) / f"store-{key}.npz"
             if cache.exists():
                 try:
@@ -343,9 +381,10 @@ class Run:
             with lock:
                 bar.update(n)
         try:
-            store = record_store(self.evaluation, data.positions, data.results,
-                                 self.cfg["loss"]["k"], self.n_threads, tr["micro_batch_size"],
-                                 progress=advance if bar is not None else None)
+            store = record_store(self.evaluation, data.positions, targets, self.k,
+                                 self.n_threads, tr["micro_batch_size"],
+                                 progress=advance if bar is not None else None,
+                                 loss=self.loss_form)
         except FreezeError as e:
             raise self.unplayable(e) from None
         finally:
@@ -364,16 +403,59 @@ class Run:
                 self.log(f"replay: could not keep the store in {cache}: {e}")
         return store
 
+    def fit_k(self, data: Data) -> float:
+        """``[loss] k = "fit"``: the K that fits the starting parameters to the training games."""
+        t0 = time.perf_counter()
+        rows = data.train[fit_sample(len(data.train))]
+        evals = continuous_evals(self.evaluation, self.theta, data.positions[rows],
+                                 self.n_threads, self.cfg["training"]["micro_batch_size"])
+        try:
+            k = fit_k(evals, data.results[rows])
+        except KFitError as e:
+            raise ConfigError(f"{self.cfg.path}: [loss] k = \"fit\": {e}") from None
+        self.log(f"K fitted to the starting parameters on {len(rows):,} training positions: "
+                 f"K = {k:.6g} (mean squared error {mse_at(k, evals, data.results[rows]):.6f}; "
+                 f"{time.perf_counter() - t0:.2f} s)")
+        return k
+
+    def improved(self, val: float) -> bool:
+        """Record epoch `self.epoch`'s validation loss; whether it is the best so far."""
+        if not val < self.best_val:  # NaN (no validation) never improves
+            return False
+        self.best_val, self.best_epoch = val, self.epoch
+        self.best_theta = self.theta.copy()
+        return True
+
+    def write_best(self) -> None:
+        """best.json and best.hpp: the parameters of the best validation epoch."""
+        self.write_params("best", self.best_theta,
+                          note={"best_epoch": self.best_epoch, "validation_loss": self.best_val})
+
+    def refresh_outputs(self) -> None:
+        """params.* and best.* from the state (on resume: a kill after the checkpoint may have
+        left them an epoch behind it)."""
+        self.write_params()
+        if self.best_epoch:
+            self.write_best()
+
+    def stop_early(self) -> bool:
+        """Whether ``[training] patience`` epochs have passed without a better validation loss."""
+        patience = self.cfg["training"]["patience"]
+        return patience > 0 and self.best_epoch > 0 and self.epoch - self.best_epoch >= patience
+
     def run(self, data: Data | None = None) -> dict:
         """Train from the current epoch to `self.epochs` in the locked run directory; returns the
         final history."""
         _lock(self)
         try:
-            if self.epoch >= self.epochs:
+            if self.epoch >= self.epochs or self.stop_early():
                 self.write_history()
-                self.log(f"nothing to train: the run is at epoch {self.epoch} of {self.epochs}; "
-                         f"its outputs are up to date with {CHECKPOINT} (give --epochs N with N > "
-                         f"{self.epoch} to train further)")
+                why = ("stopped early" if self.epoch < self.epochs else "at epoch "
+                       f"{self.epoch} of {self.epochs}")
+                self.log(f"nothing to train: the run is {why} (epoch {self.epoch}, best "
+                         f"{self.best_epoch}); its outputs are up to date with {CHECKPOINT}"
+                         + ("" if self.epoch < self.epochs else
+                            f" (give --epochs N with N > {self.epoch} to train further)"))
                 return self.history
             return self.train(data)
         except BaseException:
@@ -386,34 +468,78 @@ class Run:
     def train(self, data: Data | None = None) -> dict:
         """The epochs from the current one to `self.epochs`."""
         data = data if data is not None else load_data(self.cfg, self.log)
-        self.log(f"train {len(data.train):,} positions, validation {len(data.val):,}; "
-                 f"{self.registry.n_params} parameters ({int((~self.registry.constant).sum())} "
-                 f"tunable); {self.n_threads} thread(s)")
+        held = (f"{len(data.val):,} ({data.val_games:,} whole games, none of them trained on)"
+                if len(data.val) else "0 (no validation)")
+        self.log(f"train {len(data.train):,} positions ({data.train_games:,} games), validation "
+                 f"{held}; "
+                 f"{self.registry.n_params} parameters "
+                 f"({int((~self.registry.constant).sum())} tunable); {self.n_threads} thread(s)")
+        if self.k is None:
+            self.k = self.fit_k(data)
+        try:
+            targets = blend_targets(data.results, data.score_cp, self.k,
+                                    self.cfg["loss"]["score_blend"])
+        except ValueError as e:
+            raise TrainingError(f"[loss] score_blend: {e}") from None
         tr = self.cfg["training"]
-        store = self.replay_store(data)
+        store = self.replay_store(data, targets)
         workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
                           tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
-                          store=store)
+                          store=store, loss=self.loss_form)
         try:
             while self.epoch < self.epochs:
+                if self.stop_early():
+                    self.log(f"early stop after epoch {self.epoch}: the validation loss has not "
+                             f"improved for {tr['patience']} epoch(s); best epoch "
+                             f"{self.best_epoch} ({self.best_val:.6f})")
+                    break
                 try:
-                    stats = self.run_epoch(data, workers)
+                    stats = self.run_epoch(data, targets, workers)
                 except FreezeError as e:  # eager epochs freeze each micro-batch
                     raise self.unplayable(e) from None
                 self.epoch += 1
                 for key in HISTORY_FIELDS:
                     self.history[key].append(stats[key])
+                val = stats["val_loss"]
+                best = self.improved(val)
                 self.save_checkpoint()
                 self.write_params()
-                val = stats["val_loss"]
+                if best:
+                    self.write_best()
                 self.log(f"epoch {stats['epoch']:4d}/{self.epochs}  train {stats['train_loss']:.6f}"
-                         f"  val {'-' if math.isnan(val) else format(val, '.6f')}  "
-                         f"lr {stats['lr']:.4g}  "
+                         f"  val {'-' if math.isnan(val) else format(val, '.6f')}"
+                         f"{' *' if best else '  '}  lr {stats['lr']:.4g}  "
                          f"{stats['seconds']:.2f} s  {stats['positions_per_s']:,.0f} pos/s")
         finally:
             workers.close()
             self.write_history()
+        if len(data.val):
+            self.report_heldout(data)
         return self.history
+
+    def report_heldout(self, data: Data) -> None:
+        """Log the held-out games' loss of the best parameters against the starting ones (and the
+        engine's defaults), with the engine's integer evaluation where the evaluation has one."""
+        if self.best_epoch == 0:
+            return
+        positions, results = data.positions[data.val], data.results[data.val]
+        start = initial_params(self.cfg, self.registry)
+        rows = [("starting parameters", start), (f"tuned (best epoch {self.best_epoch})",
+                                                 self.best_theta)]
+        if self.cfg["evaluation"]["init"] != "default":
+            rows.insert(1, ("the engine's defaults", default_theta(self.registry)))
+        how, losses = None, []
+        for _, theta in rows:
+            evals, how = integer_evals(self.evaluation, theta, positions)
+            losses.append(mse_at(self.k, evals, results))
+        self.log(f"held-out games ({data.val_games:,} games, {len(data.val):,} positions), "
+                 f"{how}, mean squared error against the results at K = {self.k:.6g}:")
+        for (label, _), loss in zip(rows, losses):
+            self.log(f"  {label:<26} {loss:.6f}")
+        change = (losses[-1] - losses[0]) / losses[0]
+        verdict = ("the tune BEAT its starting point" if losses[-1] < losses[0]
+                   else "the tune did NOT beat its starting point")
+        self.log(f"on held-out games {verdict} ({100 * change:+.2f}%)")
 
 
 def start_run(config_path: str | None, out: str | None, resume: str | None,
@@ -438,7 +564,7 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
             _lock(run)
             remove_stale_temps(out_dir)
             run.load_checkpoint()
-            run.write_params()  # a kill after the checkpoint may have left them an epoch behind
+            run.refresh_outputs()
             if meta.get("epochs") != run.epochs:
                 write_meta(out_dir, epochs=run.epochs)
             run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}, training to "

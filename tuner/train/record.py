@@ -1,7 +1,8 @@
 """Recording positions for training: each position's evaluation and its loss chain on the tape.
 
-The loss is recorded with the position: ``(sigmoid(K * eval) - result)^2``, the game result being
-the scalar of a record. A micro-batch is recorded in two segments (every evaluation, then every
+The loss is recorded with the position: ``(sigmoid(K * eval) - target)^2`` or the cross-entropy
+(`tuner.train.targets`), the target (game result, or its blend with the engine's score) being a
+scalar of the record. A micro-batch is recorded in two segments (every evaluation, then every
 loss chain; see `tuner.tape.player`), and ``slots[0, i]`` / ``slots[1, i]`` are position i's
 evaluation and loss. The eager trainer does this every epoch and sweeps the recording; the replay
 trainer does it once per position and freezes the recordings into a store (`record_store`).
@@ -16,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from tuner.tape import TapeFullError, grow, new_tape, reset
-from tuner.tape.ops import record_sigmoid_sq_err
+from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_sq_err, record_sigmoid_xent
 from tuner.tape.player import Store, build_store, extract
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -28,11 +29,14 @@ EVAL, LOSS = 0, 1
 
 
 @njit(**JIT)
-def record_losses(tape, slots, results, rows, k):
-    """The loss of every position, ``(sigmoid(k * eval) - result)^2`` with the result as the
-    record's scalar: ``slots[LOSS, i]`` from ``slots[EVAL, i]``."""
+def record_losses(tape, slots, results, rows, k, loss):
+    """The loss of every position, record form `loss` (F_SIGMOID_SQ_ERR or F_SIGMOID_XENT) with
+    K and the target as the record's scalars: ``slots[LOSS, i]`` from ``slots[EVAL, i]``."""
     for i in range(rows.shape[0]):
-        slots[LOSS, i] = record_sigmoid_sq_err(tape, slots[EVAL, i], k, results[rows[i]])
+        if loss == F_SIGMOID_XENT:
+            slots[LOSS, i] = record_sigmoid_xent(tape, slots[EVAL, i], k, results[rows[i]])
+        else:
+            slots[LOSS, i] = record_sigmoid_sq_err(tape, slots[EVAL, i], k, results[rows[i]])
 
 
 def new_training_tape(registry, micro: int):
@@ -42,7 +46,7 @@ def new_training_tape(registry, micro: int):
                     operands=micro * OPERANDS_PER_POSITION + 8)
 
 
-def record_positions(evaluation, tape, scratch, positions, results, rows, k, slots):
+def record_positions(evaluation, tape, scratch, positions, results, rows, k, loss, slots):
     """Record ``positions[rows]`` with their losses on `tape` (from empty); ``slots`` int64[2, n].
 
     Returns ``(tape, scratch)``: a full tape is grown (and the scratch, which a failed recording
@@ -52,15 +56,17 @@ def record_positions(evaluation, tape, scratch, positions, results, rows, k, slo
         reset(tape)
         try:
             evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
-            record_losses(tape, slots, results, rows, k)
+            record_losses(tape, slots, results, rows, k, loss)
             return tape, scratch
         except TapeFullError:
             tape, scratch = grow(tape), evaluation.new_scratch()
 
 
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,
-                 n_threads: int, micro: int = 1024, progress=None) -> Store:
-    """Record every position with its loss once and freeze the recordings into a `Store`.
+                 n_threads: int, micro: int = 1024, progress=None,
+                 loss: int = F_SIGMOID_SQ_ERR) -> Store:
+    """Record every position with its loss (record form `loss`) once and freeze the recordings
+    into a `Store`.
 
     Micro-batches are recorded in parallel; the store is the same for any thread count.
     `progress(n)` is called (from the worker threads) after each micro-batch of n positions.
@@ -77,7 +83,7 @@ def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: floa
         for c in range(w, n_chunks, n_threads):
             lo, hi = c * micro, min(n, (c + 1) * micro)
             tape, scratch = record_positions(evaluation, tape, scratch, positions, results,
-                                             rows[lo:hi], k, slots[:, : hi - lo])
+                                             rows[lo:hi], k, loss, slots[:, : hi - lo])
             parts[c] = extract(tape.rec, slots[:, : hi - lo], base=lo)
             if progress is not None:
                 progress(hi - lo)

@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tuner.tape import new_arena, set_params
-from tuner.tape.player import arena_size, build_store, extract
+from tuner.tape.ops import F_SIGMOID_SQ_ERR
+from tuner.tape.player import arena_size, build_store, extract, play
 from .kernels import reduce_chunks, replay_chunks
-from .record import new_training_tape, record_positions
+from .record import new_training_tape, record_positions, record_store
 
 
 def resolve_threads(threads: int) -> int:
@@ -42,8 +43,10 @@ class Workers:
     (`tuner.train.record.record_store`) the frozen positions are played instead.
     """
 
-    def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None):
+    def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None,
+                 loss: int = F_SIGMOID_SQ_ERR):
         reg = evaluation.registry
+        self.loss = loss  # the loss record form eager epochs record
         self.evaluation = evaluation
         self.store = store
         self.n_pairs, self.n_values = reg.n_params, reg.n_values
@@ -73,7 +76,8 @@ class Workers:
         n = len(rows)
         slots = self.slots[w][:, :n]
         self.tapes[w], self.scratch[w] = record_positions(
-            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k, slots)
+            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k,
+            self.loss, slots)
         store = build_store([extract(self.tapes[w].rec, slots)], self.n_values, self.n_pairs)
         if any(need > have for need, have in zip(arena_size(store), (len(a) for a in (
                 self.arenas[w].val, self.arenas[w].pair_val)))):
@@ -123,3 +127,17 @@ class Workers:
             return total, None
         reduce_chunks(self.chunk_grads, n_chunks, self.grad)
         return total, self.grad
+
+
+def continuous_evals(evaluation, theta, positions, n_threads: int, micro: int) -> np.ndarray:
+    """The evaluation (the value the tape records, White's point of view) of every position at the
+    flat parameters `theta`: recorded once and played forward, for any evaluation."""
+    n = len(positions)
+    store = record_store(evaluation, positions, np.zeros(n), 1.0, n_threads, micro)
+    arena = new_arena(*arena_size(store))
+    set_params(arena, *split_params(np.ascontiguousarray(theta, np.float64),
+                                    evaluation.registry.n_params))
+    outputs = np.zeros((n, 2))
+    if play(store, arena, np.arange(n, dtype=np.int64), 0.0, False, outputs) >= 0:
+        raise ValueError("unknown record tag in a sweep")
+    return outputs[:, 0].copy()

@@ -1,0 +1,74 @@
+"""The train/validation split, by game.
+
+Positions of one game share its result, so a split by position puts the same game on both sides
+and the validation loss then rewards remembering games rather than evaluating well: parameters
+can "improve" on such a validation set and get worse on games the tuner never saw. The split here
+holds out whole games.
+
+A game is what the data says it is: the positions of a dataset with one number in its ``game``
+column. (A file that joins sources numbered independently may give two games one number; they are
+then held out together, which keeps every game on one side all the same.) A dataset without it (Clockwork's text sets, most engines' data) is cut into
+blocks of ``block`` consecutive positions in file order, and a block counts as a game: a game's
+positions are adjacent in such files, so only the games that straddle a block boundary (at most
+one per boundary) can have positions on both sides.
+
+Games are drawn in a seeded random order until the held-out positions reach the requested
+fraction, so the split depends only on the data, the fraction and the seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+#: Positions per pseudo-game when a dataset has no ``game`` column (``[data] split_block``).
+DEFAULT_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class Split:
+    """Sorted position indices of each side, and how many games each side holds."""
+
+    train: np.ndarray
+    val: np.ndarray
+    train_games: int
+    val_games: int
+
+
+def group_ids(sizes: Sequence[int], games: Sequence[np.ndarray | None],
+              block: int = DEFAULT_BLOCK) -> np.ndarray:
+    """One group (game) number per position of datasets concatenated in order: dataset d's
+    ``games[d]`` (any integers, renumbered so that no two datasets share a group) or, where that
+    is None, blocks of `block` consecutive positions."""
+    if block < 1:
+        raise ValueError(f"block must be at least 1, got {block}")
+    out = np.empty(int(sum(sizes)), np.int64)
+    start = offset = 0
+    for n, game in zip(sizes, games):
+        if game is None:
+            ids = np.arange(n, dtype=np.int64) // block
+        else:
+            if len(game) != n:
+                raise ValueError(f"{len(game)} game numbers for {n} positions")
+            ids = np.unique(game, return_inverse=True)[1].astype(np.int64)
+        out[start: start + n] = ids + offset
+        start += n
+        offset += int(ids.max()) + 1 if n else 0
+    return out
+
+
+def split_by_group(groups: np.ndarray, fraction: float, seed: int) -> Split:
+    """Hold out whole groups, drawn in a seeded random order, until at least ``fraction`` of the
+    positions are held out (none for 0). Every group lies entirely on one side."""
+    n = len(groups)
+    uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    want = int(round(fraction * n))
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    # The fewest groups, in drawing order, whose positions reach `want`.
+    n_val_groups = 0 if want == 0 else int(np.searchsorted(np.cumsum(counts[order]), want) + 1)
+    held = np.zeros(len(uniq), bool)
+    held[order[:n_val_groups]] = True
+    is_val = held[inverse]
+    return Split(np.flatnonzero(~is_val), np.flatnonzero(is_val),
+                 len(uniq) - n_val_groups, n_val_groups)
