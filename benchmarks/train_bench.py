@@ -52,7 +52,7 @@ def main():
                                          "mode": mode}}, "bench")
             lines = []
             with tempfile.TemporaryDirectory() as tmp:
-                run = Run(cfg, Path(tmp), log=lines.append, progress=False)
+                run = Run(cfg, Path(tmp), log=lines.append)
                 t0 = time.perf_counter()
                 hist = run.run(data)
                 total = time.perf_counter() - t0

@@ -15,6 +15,7 @@ from numba import njit
 
 from tuner.chess.bitboard import popcount
 from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE, phase
+from tuner.evals import Evaluation
 from tuner.evals.registry import ParamRegistry
 from tuner.tape import lin_add, lin_record_pair
 from tuner.tape.ops import (operand_mark, push_operand, record_add_clamped_eg, record_add_scalar,
@@ -79,3 +80,6 @@ def record_eval(tape, acc, pos):
 def record_batch(tape, acc, positions, rows, out):
     for i in range(rows.shape[0]):
         out[i] = record_eval(tape, acc, positions[rows[i]])
+
+
+EVALUATION = Evaluation(NAME, registry(), record_eval, record_batch)

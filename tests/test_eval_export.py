@@ -125,3 +125,58 @@ def test_registry_lookup_helpers(reg):
     assert reg.entry_names()[0] == "PAWN_MAT" and reg.entry_names()[17] == "PAWN_PHALANX[0]"
     ids = reg.group_ids()
     assert ids[0] == 0 and ids[-1] == len(reg.groups) - 1
+
+
+# -- the generic array form --------------------------------------------------------------------
+
+_DECL = re.compile(r"^inline constexpr (Pair|int) (\w+)((?:\[\d+\])*) = (.*?);$", re.M | re.S)
+
+
+def _parse_array_cpp(text):
+    """{identifier: (type, dims, nested lists)} of every declaration of the array form."""
+    out = {}
+    for ctype, ident, dims, init in _DECL.findall(text):
+        as_json = re.sub(r",(\s*[\]}])", r"\1", init.replace("{", "[").replace("}", "]"))
+        out[ident] = (ctype, tuple(int(d) for d in re.findall(r"\d+", dims)), json.loads(as_json))
+    return out
+
+
+@pytest.mark.parametrize("name", ["clockwork", "clockwork-10d79e6", "material", "kingsafety"])
+def test_array_form_reads_back_as_the_rounded_values(name):
+    """Every group of any shape and kind, parsed back from the C++ text, is the rounded values;
+    names are made identifiers (KING_SAFETY_ACTIVATION.a) and constants listed."""
+    from shared import REPO
+    from tuner.evals import get_evaluation
+    from tuner.evals.export import cpp_identifier, to_array_cpp
+
+    ev = get_evaluation("kingsafety.py", REPO / "examples") if name == "kingsafety" \
+        else get_evaluation(name)
+    r = ev.registry
+    v = _random_values(r, seed=3) if r.n_params > 5 else r.defaults * 1.3
+    vv = np.random.default_rng(4).normal(size=r.n_values) * 50
+    text = to_array_cpp(r, v, vv, ev.name)
+    assert f"namespace {cpp_identifier(ev.name)} {{" in text and "Clockwork" not in text
+    decls = _parse_array_cpp(text)
+    assert list(decls) == [cpp_identifier(g.name) for g in r.groups]
+    iv, ivv = round_params(v), round_params(vv)
+    for g in r.groups:
+        ctype, dims, init = decls[cpp_identifier(g.name)]
+        assert dims == tuple(g.shape)
+        if g.kind == "value":
+            assert ctype == "int"
+            assert np.array_equal(np.array(init).reshape(-1), ivv[g.slice])
+        else:
+            assert ctype == "Pair"
+            assert np.array_equal(np.array(init).reshape(-1, 2), iv[g.slice])
+    if any(any(g.constant) for g in r.groups):
+        assert "// not tuned" in text
+
+
+def test_array_form_refuses_names_that_collide():
+    from tuner.evals.export import to_array_cpp
+
+    reg = ParamRegistry.from_dict({"params": [
+        {"name": "A.b", "shape": [], "offset": 0, "values": [[1, 2]]},
+        {"name": "A_b", "shape": [], "offset": 1, "values": [[3, 4]]}]})
+    with pytest.raises(ValueError, match=r"'A.b' and 'A_b' both become the C\+\+ name A_b"):
+        to_array_cpp(reg)

@@ -61,7 +61,7 @@ def test_trains_eager_and_replay_identically(tmp_path):
         cfg = validate(raw, "test")
         out = tmp_path / mode
         out.mkdir()
-        run = Run(cfg, out, threads=2, log=lambda s: None, progress=False)
+        run = Run(cfg, out, threads=2, log=lambda s: None)
         run.run(load_data(cfg, lambda s: None))
         runs[mode] = run
     assert runs["eager"].params.tobytes() == runs["replay"].params.tobytes()

@@ -45,6 +45,7 @@ OPS = [
     ("pair_div_value", "pv"), ("value_div_pair", "pv"), ("eg_scale", "p"),
     ("add_clamped_eg", "pv"), ("lincomb_pair", "P"), ("leaf_pair", ""),
     ("add_winnable_eg", "pv"), ("eg_scale_by_sign", "p"), ("sigmoid_sq_err", "v"),
+    ("sigmoid_xent", "v"),
 ]
 PAIR_OUT = {name for name, _ in OPS if name.startswith("pair_") or name in (
     "scalar_div_pair", "value_mul_pair", "value_div_pair", "eg_scale", "add_clamped_eg",
@@ -123,6 +124,7 @@ REF = {
     "add_winnable_eg": lambda v, p, c: _winnable(p[0], v[0]),
     "eg_scale_by_sign": lambda v, p, c: _eg_scale_by_sign(p[0], c),
     "sigmoid_sq_err": lambda v, p, c: (_sig(c[0] * v[0]) - c[1]) ** 2,
+    "sigmoid_xent": lambda v, p, c: (np.logaddexp(0.0, c[0] * v[0]) - c[1] * c[0] * v[0]),
     "lincomb_pair": lambda v, p, c: np.sum(np.stack(p) * np.array(c)[:, None, None], axis=0),
 }
 
@@ -167,7 +169,7 @@ def _const(name, rng):
         return float(rng.uniform(0.0, 1.0))
     if name == "eg_scale_by_sign":
         return (float(rng.uniform(0.0, 1.5)), float(rng.uniform(0.0, 1.5)))
-    if name == "sigmoid_sq_err":  # (K, result)
+    if name in ("sigmoid_sq_err", "sigmoid_xent"):  # (K, result)
         return (float(rng.uniform(0.2, 2.0)), float(rng.choice([0.0, 0.5, 1.0])))
     if name == "leaf_value":
         return float(rng.uniform(-2, 2))
@@ -315,6 +317,8 @@ FRONT = {
     "eg_scale_by_sign": lambda v, p, c: Pair(p[0].graph, ops.record_eg_scale_by_sign(
         p[0].graph.tape, p[0].index, c[0], c[1])),
     "sigmoid_sq_err": lambda v, p, c: Value(v[0].graph, ops.record_sigmoid_sq_err(
+        v[0].graph.tape, v[0].index, c[0], c[1])),
+    "sigmoid_xent": lambda v, p, c: Value(v[0].graph, ops.record_sigmoid_xent(
         v[0].graph.tape, v[0].index, c[0], c[1])),
 }
 

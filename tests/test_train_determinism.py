@@ -59,8 +59,7 @@ def tiny():
 def _train(tmp_path, raw, threads, data, epochs=None):
     out = tmp_path / f"run-{raw['optimizer']['name']}-{raw['training']['mode']}-{threads}"
     out.mkdir()
-    run = Run(validate(raw, "x"), out, threads=threads, epochs=epochs, log=lambda s: None,
-              progress=False)
+    run = Run(validate(raw, "x"), out, threads=threads, epochs=epochs, log=lambda s: None)
     history = run.run(data)
     return run, {k: list(map(float, history[k])) for k in EXACT}
 
@@ -162,7 +161,7 @@ def _assert_same_run(a, b):
 
 
 def _quiet_start(*args, **kw):
-    return start_run(*args, log=lambda s: None, progress=False, **kw)
+    return start_run(*args, log=lambda s: None, **kw)
 
 
 @pytest.mark.parametrize("opt, mode, threads", [("adamw", "eager", (1, 2, 3)),

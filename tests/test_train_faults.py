@@ -554,7 +554,7 @@ def test_resume_without_epochs_trains_to_the_runs_epochs(tmp_path):
     --epochs goes to 3."""
     cfg = _cfg(tmp_path)
     out = tmp_path / "out"
-    run = start_run(str(cfg), str(out), None, 3, 1, log=lambda s: None, progress=False)
+    run = start_run(str(cfg), str(out), None, 3, 1, log=lambda s: None)
     run.epochs = 1                                          # as if stopped after epoch 1
     run.run()
     del run
@@ -571,9 +571,9 @@ def test_resume_without_epochs_trains_to_the_runs_epochs(tmp_path):
 def test_resume_refused_names_busy_directory_in_process(tmp_path):
     cfg = _cfg(tmp_path)
     out = tmp_path / "out"
-    run = start_run(str(cfg), str(out), None, 1, 1, log=lambda s: None, progress=False)
+    run = start_run(str(cfg), str(out), None, 1, 1, log=lambda s: None)
     with pytest.raises(TrainingError, match="another tuner process"):
-        start_run(None, None, str(out), 1, 1, log=lambda s: None, progress=False)
+        start_run(None, None, str(out), 1, 1, log=lambda s: None)
     run.run()
     assert int(_checkpoint(out)["epoch"]) == 1
 

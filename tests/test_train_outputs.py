@@ -125,7 +125,7 @@ def test_params_written_after_every_epoch(tmp_path):
     cfg = validate({"data": {"train": ["tiny"]},
                     "training": {"batch_size": 1024, "micro_batch_size": 256}}, "x")
     data = load_data(cfg, lambda s: None)
-    run = Run(cfg, tmp_path, epochs=1, threads=1, log=lambda s: None, progress=False)
+    run = Run(cfg, tmp_path, epochs=1, threads=1, log=lambda s: None)
     run.run(data)
     first = ParamRegistry.from_json(tmp_path / "params.json").defaults
     assert first.tobytes() == run.params.tobytes()
@@ -201,7 +201,7 @@ def tiny(tiny_cfg):
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("entry", [(0, 0), (5, 1), (400, 0)])
 def test_non_finite_parameter_stops_the_run(tmp_path, tiny_cfg, tiny, value, entry):
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None)
     run.run(tiny)
     files = {n: (tmp_path / n).read_bytes() for n in (CHECKPOINT, "params.json", "params.hpp")}
     run.params[entry] = value
@@ -226,7 +226,7 @@ def test_non_finite_result_names_its_batch(tmp_path, tiny_cfg, tiny):
     bad_row = tiny.train[1234]
     results[bad_row] = np.nan
     data = type(tiny)(tiny.positions, results, tiny.train, tiny.val)
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None)
     # the epoch's order comes from the run's shuffle RNG: replay it to find the batch
     rng = np.random.default_rng()
     rng.bit_generator.state = run.rng.bit_generator.state
@@ -257,7 +257,7 @@ def test_failure_message_claims_only_an_existing_checkpoint(tmp_path, tiny_cfg, 
     results = tiny.results.copy()
     results[tiny.train] = np.nan
     data = type(tiny)(tiny.positions, results, tiny.train, tiny.val)
-    run = Run(tiny_cfg, tmp_path, epochs=1, threads=1, log=lambda s: None, progress=False)
+    run = Run(tiny_cfg, tmp_path, epochs=1, threads=1, log=lambda s: None)
     with pytest.raises(TrainingError) as e:
         run.run(data)
     assert not (tmp_path / CHECKPOINT).exists()

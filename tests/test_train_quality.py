@@ -40,8 +40,7 @@ def _run(tmp_path, name, raw, data=None, epochs=None, threads=None):
     out = tmp_path / name
     out.mkdir()
     logs: list[str] = []
-    run = Run(validate(raw, "x"), out, epochs=epochs, threads=threads, log=logs.append,
-              progress=False)
+    run = Run(validate(raw, "x"), out, epochs=epochs, threads=threads, log=logs.append)
     run.run(data)
     return run, logs
 
@@ -110,7 +109,7 @@ def test_k_fit_in_a_run_is_logged_and_kept_on_resume(tmp_path):
     assert any(line.startswith("K fitted") for line in logs)
     assert 1e-4 < run.k < 0.05
     resumed = Run(validate(_raw(**{"loss.k": "fit", "training.epochs": 3}), "x"), tmp_path / "a",
-                  log=lambda s: None, progress=False)
+                  log=lambda s: None)
     resumed.load_checkpoint()
     assert resumed.k == run.k
 
@@ -221,7 +220,7 @@ def test_resume_keeps_the_best_epoch_bit_for_bit(tmp_path):
     raw = _raw(**{"optimizer.lr": 40.0, "training.epochs": 8})
     full, _ = _run(tmp_path, "full", raw)
     part, _ = _run(tmp_path, "part", raw, epochs=3)
-    resumed = Run(validate(raw, "x"), tmp_path / "part", log=lambda s: None, progress=False)
+    resumed = Run(validate(raw, "x"), tmp_path / "part", log=lambda s: None)
     resumed.load_checkpoint()
     resumed.run()
     assert resumed.best_epoch == full.best_epoch and resumed.best_val == full.best_val
@@ -255,7 +254,7 @@ def test_fine_tune_on_the_sample_beats_its_start_on_held_out_games(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     logs: list[str] = []
-    run = Run(cfg, out, log=logs.append, progress=False)
+    run = Run(cfg, out, log=logs.append)
     run.run()
     start, tuned, text = _heldout(logs)
     assert tuned < start, text

@@ -124,7 +124,7 @@ def _fit(data, *, lr, batch, epochs, gamma, decay_from, tmp_path):
                                  "decay_from_epoch": decay_from},
                     "training": {"epochs": epochs, "batch_size": batch,
                                  "micro_batch_size": 1024}}, "recovery")
-    run = Run(cfg, tmp_path, threads=0, log=lambda s: None, progress=False)
+    run = Run(cfg, tmp_path, threads=0, log=lambda s: None)
     run.run(data)
     return run
 
@@ -211,7 +211,7 @@ def test_tuning_from_zero_matches_the_engine_parameters(sample, tmp_path):
     default_val = sse / len(data.val)
     assert zero_sse / len(data.val) == pytest.approx(0.25 - np.mean(data.results[data.val])
                                                      + np.mean(data.results[data.val] ** 2))
-    run = Run(cfg, tmp_path, log=lambda s: None, progress=False)
+    run = Run(cfg, tmp_path, log=lambda s: None)
     assert run.epochs == 20 and not run.params[~np.asarray(run.registry.constant)].any()
     history = run.run(data)
     tuned_val = history["val_loss"][-1]

@@ -142,7 +142,7 @@ def test_nonlinear_training_replay_equals_eager_and_positions_change_branch(tmp_
         out = tmp_path / f"{mode}-{threads}"
         out.mkdir()
         run = Run(validate(_raw(name, mode, lr=lr), "x"), out, threads=threads,
-                  log=lambda s: None, progress=False)
+                  log=lambda s: None)
         start = run.theta.copy()
         run.run(data)
         runs[mode, threads] = run
@@ -175,10 +175,10 @@ def test_a_recording_that_cannot_be_played_is_refused(tmp_path, monkeypatch, mod
     material = get_evaluation("material")
     bad = Evaluation("shared-leaf", material.registry, material.record_eval,
                      _record_with_shared_leaf, material.new_scratch)
-    monkeypatch.setattr("tuner.train.loop.get_evaluation", lambda name: bad)
+    monkeypatch.setattr("tuner.train.loop.get_evaluation", lambda *spec: bad)
     out = tmp_path / mode
     out.mkdir()
-    run = Run(validate(_raw("material", mode), "x"), out, log=lambda s: None, progress=False)
+    run = Run(validate(_raw("material", mode), "x"), out, log=lambda s: None)
     with pytest.raises(TrainingError, match=r"'shared-leaf' cannot be played: position \d+, "
                                             r"record \d+ \(tag \d+, pv:mul\): reads a slot"):
         run.run()
@@ -191,7 +191,7 @@ def _cached_run(tmp_path, name, cache, k=K):
     out = tmp_path / name
     out.mkdir()
     lines = []
-    run = Run(validate(raw, str(tmp_path / "x.toml")), out, log=lines.append, progress=False)
+    run = Run(validate(raw, str(tmp_path / "x.toml")), out, log=lines.append)
     run.run()
     return run, [line for line in lines if line.startswith("replay")]
 

@@ -1,45 +1,214 @@
-"""Evaluations written against the tape, and their parameter registries.
+"""Evaluations written against the tape: the `Evaluation` interface and finding one by name.
 
-An evaluation module provides ``registry()`` (a `ParamRegistry`), an ``@njit`` function
-``record_eval(tape, scratch, pos) -> value index`` that records the continuous White-POV evaluation
-of one packed position (see docs/interfaces.md), ``record_batch(tape, scratch, positions, rows,
-out)``: the three-line loop recording ``positions[rows[i]]`` into ``out[i]`` that the trainer calls
-(see the end of `tuner.evals.clockwork` for why each evaluation writes it), and optionally
-``new_scratch()``: the per-thread working memory both take (default: a linear accumulator over the
-registry's pairs). `get_evaluation` finds one by name.
+An evaluation is a module that defines ``EVALUATION``, an `Evaluation`: its name, parameter
+registry, the ``@njit`` recorders the trainer calls, and what the commands need besides
+(`tuner eval`'s integer evaluation and ``--breakdown`` text, the C++ export style). Only the
+recorders are required; the rest has generic defaults that work for any evaluation. The contract,
+with a worked example, is docs/evaluations.md; docs/tutorial.md writes one outside the package.
+
+`get_evaluation` accepts a registered name (`EVALUATIONS`), a module path (``mypkg.myeval``,
+importable from ``sys.path``) or a file path (``path/to/myeval.py``, relative to `base`).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from tuner.tape import new_accumulator
 
-#: Evaluation name -> module implementing it.
+from .registry import ParamRegistry
+
+#: Registered evaluation name -> module implementing it.
 EVALUATIONS = {"clockwork": "tuner.evals.clockwork",
                "clockwork-10d79e6": "tuner.evals.clockwork_10d79e6",
                "material": "tuner.evals.material"}
+#: The module attribute holding an evaluation module's `Evaluation`.
+ATTRIBUTE = "EVALUATION"
+#: C++ export styles (`tuner.evals.export`): Clockwork's ``eval_constants.hpp`` (in the layout of
+#: the parameters' engine commit), or the generic array form documented in docs/evaluations.md.
+CPP_CLOCKWORK = "clockwork"
+CPP_ARRAY = "array"
+CPP_STYLES = (CPP_CLOCKWORK, CPP_ARRAY)
+#: Prefix of the module names under which evaluation files are imported.
+FILE_MODULE_PREFIX = "tuner_evaluation_file_"
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """An evaluation ready for training: its name, parameter registry, tape recorder and the
-    factory of the scratch the recorder takes (one per thread)."""
+    """An evaluation: what training needs (the first five fields) and what the commands need.
+
+    * ``registry``: its parameters (`ParamRegistry`; its defaults are the shipped values);
+    * ``record_eval(tape, scratch, pos) -> value slot`` and ``record_batch(tape, scratch,
+      positions, rows, out)`` (``out[i] = record_eval(..., positions[rows[i]])``): Numba
+      dispatchers, see docs/evaluations.md;
+    * ``new_scratch()``: a fresh per-thread working memory for them (default: a linear
+      accumulator over the registry's pairs);
+    * ``evaluate(positions, registry) -> (int_eval int64[N], continuous float64[N], ...)``: the
+      engine's integer evaluation with `registry`'s values and the tuner's continuous one, White's
+      point of view (default: `tuner.evals.generic.evaluate`, the continuous evaluation recorded
+      on the tape; the "integer" one rounds the evaluation made with rounded parameters);
+    * ``explain(fen, pos, registry, int_eval) -> str``: the ``tuner eval --breakdown`` text of one
+      position (default: `tuner.evals.generic.explain`, every parameter group's contribution
+      ``value * d eval / d value`` taken from the tape's gradients);
+    * ``cpp``: the C++ export style, one of `CPP_STYLES` (default: the generic array form).
+    """
 
     name: str
-    registry: Any       # ParamRegistry
-    record_eval: Any      # numba dispatcher (tape, scratch, pos) -> value index
-    record_batch: Any     # numba dispatcher (tape, scratch, positions, rows, out) -> None
-    new_scratch: Callable[[], Any]  # () -> a fresh scratch for record_eval / record_batch
+    registry: ParamRegistry
+    record_eval: Any
+    record_batch: Any
+    new_scratch: Callable[[], Any] | None = None
+    evaluate: Callable[..., tuple] | None = None
+    explain: Callable[[str, np.ndarray, ParamRegistry, int], str] | None = None
+    cpp: str = CPP_ARRAY
+
+    def __post_init__(self):
+        if not isinstance(self.registry, ParamRegistry):
+            raise TypeError(f"evaluation {self.name!r}: registry must be a ParamRegistry, got "
+                            f"{type(self.registry).__name__}")
+        if self.cpp not in CPP_STYLES:
+            raise ValueError(f"evaluation {self.name!r}: unknown C++ export style {self.cpp!r} "
+                             f"(expected one of {', '.join(CPP_STYLES)})")
+        for field in ("record_eval", "record_batch"):
+            if not hasattr(getattr(self, field), "py_func"):
+                raise TypeError(f"evaluation {self.name!r}: {field} must be an @njit function")
+        if self.new_scratch is None:
+            object.__setattr__(self, "new_scratch",
+                               partial(new_accumulator, self.registry.n_params))
+
+    def check_params(self, registry: ParamRegistry) -> None:
+        """Raise ValueError unless `registry` (e.g. a tuned file) has this evaluation's layout:
+        the same groups (name, kind, shape, offset) in the same order."""
+        mine, theirs = _layout(self.registry), _layout(registry)
+        if mine == theirs:
+            return
+        own = self.registry
+        if (own.n_params, own.n_values) != (registry.n_params, registry.n_values):
+            raise ValueError(f"not the parameters of evaluation {self.name!r}: it has "
+                             f"{own.n_params} pair and {own.n_values} value entries, the file "
+                             f"{registry.n_params} and {registry.n_values}")
+        for a, b in zip(mine, theirs):
+            if a != b:
+                raise ValueError(f"not the parameters of evaluation {self.name!r}: expected "
+                                 f"group {_describe(a)}, found {_describe(b)}")
+        raise ValueError(f"not the parameters of evaluation {self.name!r}: expected "
+                         f"{len(mine)} parameter groups, found {len(theirs)}")
+
+    def evaluate_positions(self, positions: np.ndarray, registry: ParamRegistry):
+        """``(int_eval int64[N], continuous float64[N])`` of positions uint64[N, 9] with the
+        values of `registry` (checked against this evaluation's layout)."""
+        self.check_params(registry)
+        if self.evaluate is None:
+            from .generic import evaluate
+            return evaluate(self, positions, registry)
+        return tuple(self.evaluate(positions, registry)[:2])
+
+    def breakdown(self, fen: str, pos: np.ndarray, registry: ParamRegistry, int_eval: int) -> str:
+        """The ``tuner eval --breakdown`` text of one position."""
+        if self.explain is None:
+            from .generic import explain
+            return explain(self, fen, pos, registry, int_eval)
+        return self.explain(fen, pos, registry, int_eval)
+
+    def to_cpp(self, registry: ParamRegistry, values=None, value_values=None) -> str:
+        """C++ source of `registry`'s parameters (``values`` / ``value_values`` when given) in
+        this evaluation's export style."""
+        from .export import to_cpp_style
+        return to_cpp_style(self.cpp, registry, values, value_values, self.name)
 
 
-def get_evaluation(name: str) -> Evaluation:
-    """The evaluation called `name`; ValueError listing the known ones otherwise."""
-    if name not in EVALUATIONS:
-        raise ValueError(f"unknown evaluation {name!r}; known: {', '.join(sorted(EVALUATIONS))}")
-    module = importlib.import_module(EVALUATIONS[name])
-    reg = module.registry()
-    new_scratch = getattr(module, "new_scratch", None) or partial(new_accumulator, reg.n_params)
-    return Evaluation(name, reg, module.record_eval, module.record_batch, new_scratch)
+def _layout(registry: ParamRegistry) -> list:
+    return [(g.name, g.kind, tuple(g.shape), g.offset) for g in registry.groups]
+
+
+def _describe(group) -> str:
+    name, kind, shape, offset = group
+    return f"{name} ({kind}, shape {list(shape)}, offset {offset})"
+
+
+def _is_file(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or os.sep in spec
+
+
+def _import_file(path: Path) -> ModuleType:
+    """The module of file `path`, imported once per process (under a name derived from it)."""
+    resolved = path.resolve()
+    digest = hashlib.blake2b(str(resolved).encode(), digest_size=6).hexdigest()
+    name = f"{FILE_MODULE_PREFIX}{resolved.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not resolved.is_file():
+        raise ValueError(f"no such evaluation file: {path}")
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file (an evaluation file ends in .py)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: Numba and dataclasses look it up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise ValueError(f"{path}: importing it failed: {_error_text(e)}") from None
+    return module
+
+
+def _import_module(spec: str) -> ModuleType:
+    try:
+        return importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (spec == e.name or spec.startswith(e.name + ".")):
+            raise ValueError(f"unknown evaluation {spec!r}: not a registered name "
+                             f"({', '.join(sorted(EVALUATIONS))}), and no module of that name "
+                             f"(a file path must end in .py)") from None
+        raise ValueError(f"{spec}: importing it failed: {_error_text(e)}") from None
+    except Exception as e:
+        raise ValueError(f"{spec}: importing it failed: {_error_text(e)}") from None
+
+
+def _error_text(e: Exception) -> str:
+    if isinstance(e, SyntaxError):
+        return f"{e.filename}:{e.lineno}: {e.msg}"
+    return f"{type(e).__name__}: {e}"
+
+
+def get_evaluation(spec: str, base: str | os.PathLike | None = None) -> Evaluation:
+    """The evaluation `spec` names: a registered name, a module path or a ``.py`` file (relative
+    to `base`, e.g. the config's folder; default the working directory). ValueError saying what
+    was wrong otherwise (no such file or module, no ``EVALUATION`` in it, not an `Evaluation`)."""
+    if spec in EVALUATIONS:
+        module, where = importlib.import_module(EVALUATIONS[spec]), EVALUATIONS[spec]
+    elif _is_file(spec):
+        path = Path(spec).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+        module, where = _import_file(path), str(path)
+    else:
+        module, where = _import_module(spec), spec
+    if not hasattr(module, ATTRIBUTE):
+        raise ValueError(f"{where}: defines no {ATTRIBUTE} (an evaluation module ends with "
+                         f"`{ATTRIBUTE} = Evaluation(...)`, see docs/evaluations.md)")
+    ev = getattr(module, ATTRIBUTE)
+    if not isinstance(ev, Evaluation):
+        raise ValueError(f"{where}: {ATTRIBUTE} is a {type(ev).__name__}, not a "
+                         f"tuner.evals.Evaluation")
+    return ev
+
+
+def evaluation_of_params(registry: ParamRegistry) -> Evaluation | None:
+    """The registered evaluation whose parameter layout `registry` has, or None."""
+    for name in EVALUATIONS:
+        ev = get_evaluation(name)
+        if _layout(ev.registry) == _layout(registry):
+            return ev
+    return None

@@ -36,6 +36,8 @@ from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, ch
                                   file_fill, flip_vertical, lsb, popcount, south_fill, west)
 from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
 
+from . import CPP_CLOCKWORK, Evaluation
+from .breakdown import explain_cde2ced
 from .common import add_nonzero, check_domain, pack_score, s16, score_eg, score_mg, trunc_div
 from .registry import ParamRegistry
 
@@ -503,3 +505,7 @@ def record_batch(tape, acc, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):
         out[i] = record_eval(tape, acc, positions[rows[i]])
+
+
+EVALUATION = Evaluation("clockwork", registry(), record_eval, record_batch, new_scratch,
+                        evaluate=evaluate_positions, explain=explain_cde2ced, cpp=CPP_CLOCKWORK)

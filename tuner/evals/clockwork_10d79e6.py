@@ -54,12 +54,14 @@ from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, ch
                                   west)
 from tuner.chess.position import (BISHOP, BLACK, KING, KNIGHT, PAWN, QUEEN, ROOK, W_BLACK, W_META,
                                   W_PAWN, W_WHITE, WHITE, parse_fen)
-from tuner.tape import (LinearAccumulator, TapeFullError, grow, lin_add, lin_clear,
+from tuner.tape import (LinearAccumulator, lin_add, lin_clear,
                         lin_record_pair, new_accumulator, new_tape, operand_mark, push_operand,
                         record_add_winnable_eg, record_eg_scale_by_sign, record_lincomb_pair,
                         record_lincomb_value, record_pair_add, record_pair_div_scalar,
-                        record_pair_mul, record_pair_sigmoid, record_phase, reset, set_params)
+                        record_pair_mul, record_pair_sigmoid, record_phase, set_params)
 
+from . import CPP_CLOCKWORK, Evaluation
+from .breakdown import explain_10d79e6
 from .common import (add_nonzero, add_packed, check_domain, pack_score, s16, score_eg, score_mg,
                      sub_packed, trunc_div)
 from .export import round_half_away, round_params
@@ -906,28 +908,10 @@ def record_batch(tape, scratch, positions, rows, out):
         out[i] = record_eval(tape, scratch, positions[rows[i]])
 
 
-CHUNK = 4096
-
-
 def continuous_eval(positions, pairs, values) -> np.ndarray:
     """float64[N]: the continuous (tuner) evaluation of positions, recorded on a tape in chunks."""
-    n = positions.shape[0]
-    out = np.empty(n)
-    tape = new_eval_tape(pairs, values, min(n, CHUNK))
-    scratch = new_scratch()
-    idx = np.empty(CHUNK, np.int64)
-    lo = 0
-    while lo < n:
-        rows = np.arange(lo, min(lo + CHUNK, n))
-        reset(tape)
-        try:
-            record_batch(tape, scratch, positions, rows, idx)
-        except TapeFullError:
-            tape = grow(tape)
-            continue
-        out[rows] = _arena(tape).val[idx[: rows.size]]
-        lo += rows.size
-    return out
+    from .generic import continuous
+    return continuous(EVALUATION, positions, pairs, values)
 
 
 def evaluate_positions(positions, params=None, value_params=None):
@@ -1002,3 +986,7 @@ def breakdown(pos, params=None, value_params=None) -> dict:
         "tempo": (tempo_count * int(ipairs[TEMPO_VAL, 0]), tempo_count * int(ipairs[TEMPO_VAL, 1])),
         "pairs": pairs, "values": values,
     }
+
+
+EVALUATION = Evaluation("clockwork-10d79e6", registry(), record_eval, record_batch, new_scratch,
+                        evaluate=evaluate_positions, explain=explain_10d79e6, cpp=CPP_CLOCKWORK)

@@ -6,14 +6,16 @@ Registered on the main group in tuner/cli.py ("evaluation commands" section). He
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
-EVAL_HELP = """Evaluate positions with one of Clockwork's evaluations (White's point of view).
+EVAL_HELP = """Evaluate positions (White's point of view).
 
---evaluation picks it: "clockwork" (engine commit cde2ced, linear; the default) or
-"clockwork-10d79e6" (the engine's newest evaluation: sigmoid king safety, winnable, endgame
-scaling).
+--evaluation picks the evaluation: a registered name ("clockwork", engine commit cde2ced, linear,
+the default; "clockwork-10d79e6", the engine's newest evaluation: sigmoid king safety, winnable,
+endgame scaling; "material"), a module path (mypkg.myeval) or a file (path/to/myeval.py) defining
+EVALUATION (see docs/evaluations.md).
 
 Positions come from FEN arguments (quote each FEN) and/or --file F: one position a line, either
 `FEN` or `FEN;anything` (the part after the first ';' is ignored), or any text format `tuner
@@ -21,18 +23,21 @@ convert` reads (FEN [1.0], FEN | score | wdl, EPD; detected from the first lines
 ignored), plain or gzip/zstd/bz2/lz4-compressed; blank lines are skipped and lines end at LF
 (a CR before it is dropped). A Parquet dataset gives the FENs of its `fen` column (labelled
 F:row N, from 0); other binary files are refused. Each valid position prints one line
-`FEN;<eval>` in input order, where <eval> is the engine's integer `evaluate_white_pov` (16-bit
-packed scores, C++ truncating divisions).
+`FEN;<eval>` in input order. For Clockwork's evaluations <eval> is the engine's integer
+`evaluate_white_pov` (16-bit packed scores, C++ truncating divisions); for others, the
+evaluation recorded with every parameter rounded, rounded (see docs/evaluations.md).
 
 With --params P.json (a parameter file of that evaluation in the registry's JSON schema, e.g. a
 tuned output) the integer eval is defined as the engine would compute it after rounding every
 parameter to an integer with std::round (half away from zero); --breakdown also shows the
-unrounded continuous eval (the tuner's), and for clockwork-10d79e6 every non-linear step.
+unrounded continuous eval (the tuner's) and every term's contribution (for clockwork-10d79e6
+every non-linear step; for evaluations without a breakdown of their own, each parameter group's
+value times the gradient).
 
 Invalid lines are reported on stderr as `F:LINE: reason` (`arg:N: reason` for arguments); the
-other lines are still evaluated, and the exit code is 1 if any line failed.
+other lines are still evaluated, and the exit code is 1 if any line failed. The first run of an
+evaluation compiles it (Numba), which is said on stderr.
 """
-
 
 def _read_inputs(fens, file):
     """[(label, fen)] in input order: the FEN arguments, then the positions of `file` (see
@@ -120,109 +125,42 @@ def _parse_all(items):
     return positions[ok], ok, errors
 
 
-def _fmt_num(x) -> str:
-    x = float(x)
-    return str(int(x)) if x.is_integer() else f"{x:.4f}"
+def _evaluation(spec: str):
+    """The evaluation `spec` names, or a one-line ClickException."""
+    from . import get_evaluation
+
+    try:
+        return get_evaluation(spec)
+    except (ValueError, TypeError) as e:
+        raise click.ClickException(f"--evaluation: {e}")
 
 
-def _fmt_pair(p) -> str:
-    return f"{_fmt_num(p[0]):>10} {_fmt_num(p[1]):>10}"
+def _read_params(path: str, evaluation):
+    """The registry of parameter file `path`, checked against `evaluation` (if given)."""
+    from .registry import ParamFileError, ParamRegistry
 
-
-def _group_rows(groups, counts, values):
-    """Table rows `name  net counts  mg  eg` of the groups with non-zero counts; their total."""
-    import numpy as np
-
-    rows = []
-    total = np.zeros(2)
-    for g in groups:
-        cg = counts[g.slice]
-        if not cg.any():
-            continue
-        contrib = cg.astype(np.float64) @ values[g.slice]
-        total += contrib
-        if g.shape:
-            desc = " ".join(f"[{','.join(str(int(k)) for k in np.unravel_index(i, g.shape))}]"
-                            f"{int(cg[i]):+d}" for i in np.nonzero(cg)[0])
-        else:
-            desc = f"{int(cg[0]):+d}"
-        rows.append(f"{g.name:<36} {desc:<34} {_fmt_pair(contrib)}")
-    return rows, total
-
-
-_TABLE_HEAD = f"{'term':<36} {'net counts':<34} {'mg':>10} {'eg':>10}"
-
-
-def _breakdown_cde2ced(fen, pos, reg, int_eval_v):
-    """Per-group (mg, eg) contributions of one position (net counts times values)."""
-    from .clockwork import PHASE_MAX, feature_counts
-
-    counts, phases = feature_counts(pos.reshape(1, 9))
-    ph = int(phases[0])
-    alpha = ph / PHASE_MAX
-    rows, total = _group_rows(reg.groups, counts[0], reg.defaults)
-    cont = alpha * total[0] + (1.0 - alpha) * total[1]
-    return "\n".join([f"position: {fen}", _TABLE_HEAD, *rows,
-                      f"{'total (MG, EG)':<36} {'':<34} {_fmt_pair(total)}",
-                      f"phase: {ph}/{PHASE_MAX} (alpha = {alpha:.6f})",
-                      f"continuous eval: {cont:.6f}",
-                      f"integer eval (White POV): {int_eval_v}"])
-
-
-def _breakdown_10d79e6(fen, pos, reg, int_eval_v):
-    """Every step of one position's 10d79e6 evaluation: the three pair sums term by term, then the
-    activations, winnable, eg scale and blend, integer (engine) beside continuous (tuner)."""
-    from . import clockwork_10d79e6 as ev
-
-    b = ev.breakdown(pos, reg)
-    c, i, ints = b["cont"], b["int"], b["counts"]["ints"]
-    pairs = b["pairs"]
-    lines = [f"position: {fen}", _TABLE_HEAD]
-    rows, _ = _group_rows(reg.pair_groups, b["counts"]["linear"], pairs)
-    lines += rows
-    lines.append(f"{'linear sum L (tempo included)':<71} {_fmt_pair(c['l'])}")
-    lines.append(f"{'  of which tempo':<71} {_fmt_pair(b['tempo'])}")
-    for key, total, act, title in (
-            ("attack_white", "aw", "actw", "A_W: White's attack on Black's king"),
-            ("attack_black", "ab", "actb", "A_B: Black's attack on White's king")):
-        rows, _ = _group_rows(reg.pair_groups, b["counts"][key], pairs)
-        lines += ["", title, *rows,
-                  f"{'  total':<71} {_fmt_pair(c[total])}",
-                  f"{'  act = a*sigmoid(x/32 + c/32), continuous':<71} {_fmt_pair(c[act])}",
-                  f"{'  act, integer (table)':<71} {_fmt_pair((i[act + '_mg'], i[act + '_eg']))}"]
-    lines += ["",
-              f"{'S = L + act(A_W) - act(A_B), continuous':<71} {_fmt_pair(c['s'])}",
-              f"{'S, integer (16-bit halves)':<71} {_fmt_pair((i['s_mg'], i['s_eg']))}",
-              f"winnable counts: pawns {ints[ev.WINNABLE_PAWNS]}, symmetric files "
-              f"{ints[ev.WINNABLE_SYM]}, asymmetric files {ints[ev.WINNABLE_ASYM]}, pawn endgame "
-              f"{ints[ev.WINNABLE_PAWN_ENDGAME]}, bias {ints[ev.WINNABLE_BIAS]}",
-              f"winnable w = {c['w']:.6f} (integer, sign of eg applied: {i['winnable']})",
-              f"eg after winnable: continuous {c['win'][1]:.6f}, integer {i['win_eg']}",
-              f"eg scale (out of {ev.EG_SCALE_MAX}): {ints[ev.INT_ALPHA_WHITE]} if White is the "
-              f"strong side (eg > 0), {ints[ev.INT_ALPHA_BLACK]} otherwise; integer applies "
-              f"{i['alpha']}",
-              f"eg after scaling: continuous {c['scaled'][1]:.6f}, integer {i['scaled_eg']}",
-              f"phase: {ints[ev.INT_PHASE]}/{ev.PHASE_MAX}",
-              f"continuous eval: {c['eval']:.6f}",
-              f"integer eval (White POV): {int_eval_v}"]
-    return "\n".join(lines)
-
-
-#: Evaluations `tuner eval` knows: name -> breakdown formatter.
-_BREAKDOWNS = {"clockwork": _breakdown_cde2ced, "clockwork-10d79e6": _breakdown_10d79e6}
+    try:
+        reg = ParamRegistry.from_json(path)
+        if evaluation is not None:
+            evaluation.check_params(reg)
+    except ParamFileError as e:  # names the file and the entry
+        raise click.ClickException(str(e))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise click.ClickException(f"{path}: {e}")
+    return reg
 
 
 @click.command("eval", help=EVAL_HELP)
 @click.argument("fens", nargs=-1)
 @click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Read positions from F (`FEN` or `FEN;anything` a line; '-' for stdin).")
-@click.option("--evaluation", "-e", "evaluation", type=click.Choice(sorted(_BREAKDOWNS)),
-              default="clockwork", show_default=True, help="Which evaluation to run.")
+@click.option("--evaluation", "-e", "evaluation", default="clockwork", show_default=True,
+              help="Which evaluation: a registered name, a module path or a .py file.")
 @click.option("--params", "-p", "params", type=click.Path(exists=True, dir_okay=False),
-              help="Parameter JSON (registry schema); default: the engine's shipped parameters.")
+              help="Parameter JSON (registry schema); default: the evaluation's own parameters.")
 @click.option("--breakdown", is_flag=True,
-              help="Print every term's (mg, eg) contribution, the phase, the continuous and the "
-                   "integer eval (meant for one position; printed for each one given).")
+              help="Print every term's (mg, eg) contribution, the continuous and the integer "
+                   "eval (meant for one position; printed for each one given).")
 def eval_cmd(fens, file, evaluation, params, breakdown):
     if not fens and file is None:
         raise click.UsageError("give FEN arguments or --file F")
@@ -231,34 +169,27 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     except OSError as e:
         raise click.ClickException(str(e))
 
-    import importlib
-
-    from . import EVALUATIONS
-    from .registry import ParamFileError, ParamRegistry
-
-    module = importlib.import_module(EVALUATIONS[evaluation])
-    try:
-        reg = module.registry() if params is None else ParamRegistry.from_json(params)
-        module.load_params(reg)  # checks the layout
-    except ParamFileError as e:  # names the file and the entry
-        raise click.ClickException(str(e))
-    except (OSError, ValueError, KeyError) as e:
-        raise click.ClickException(f"{params}: {e}")
+    from tuner.compiling import watch_compilation
+    from tuner.terminal import announce_compiling, compile_errors
 
     from tuner.data.errors import clip
 
-    positions, ok, errors = _parse_all(items)
-    for _, label, reason in errors:
-        click.echo(f"{label}: {clip(reason)}", err=True)
-    if ok:
-        ie = module.evaluate_positions(positions, reg)[0]
-        out = []
+    ev = _evaluation(evaluation)
+    reg = ev.registry if params is None else _read_params(params, ev)
+    out = []
+    with watch_compilation(lambda: announce_compiling(f"the {ev.name} evaluation")), \
+            compile_errors(ev.name):
+        positions, ok, errors = _parse_all(items)
+        for _, label, reason in errors:
+            click.echo(f"{label}: {clip(reason)}", err=True)
+        ie = ev.evaluate_positions(positions, reg)[0] if ok else []
         for k, i in enumerate(ok):
             fen = items[i][1]
             if breakdown:
-                out.append(_BREAKDOWNS[evaluation](fen, positions[k], reg, int(ie[k])))
+                out.append(ev.breakdown(fen, positions[k], reg, int(ie[k])))
                 out.append("")
             out.append(f"{fen};{int(ie[k])}")
+    if out:
         click.echo("\n".join(out))
     if errors:
         sys.exit(1)
@@ -267,23 +198,32 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
 @click.command("export")
 @click.argument("params", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["cpp", "json"]), default="cpp", show_default=True,
-              help="cpp: Clockwork eval_constants.hpp source (values rounded with std::round, constant "
-                   "entries as CS(..); a clockwork-10d79e6 file in that commit's own header layout, "
-                   "value parameters and sigmoid included); json: the registry schema (exact round "
-                   "trip).")
+              help="cpp: C++ in the evaluation's export style (Clockwork's eval_constants.hpp for "
+                   "Clockwork's evaluations, the generic array form for others; values rounded "
+                   "with std::round); json: the registry schema (exact round trip).")
+@click.option("--evaluation", "-e", "evaluation",
+              help="The evaluation the parameters belong to (a registered name, a module path or "
+                   "a .py file): checks the layout and picks its C++ style. Default: the "
+                   "registered evaluation with this layout, else the generic array form.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Output file (default: stdout).")
-def export_cmd(params, fmt, output):
+def export_cmd(params, fmt, evaluation, output):
     """Export the parameters of PARAMS (registry JSON, e.g. a tuned output) as C++ or JSON.
 
-    A clockwork-10d79e6 file (value parameters, king-safety sigmoid) is written as that engine
-    commit's own src/eval_constants.hpp."""
+    Clockwork's parameters are written as Clockwork's src/eval_constants.hpp (a clockwork-10d79e6
+    file in that engine commit's own layout, value parameters and sigmoid included); any other
+    evaluation's in the generic array form of docs/evaluations.md."""
+    from . import CPP_ARRAY, evaluation_of_params
     from .export import export
-    from .registry import ParamRegistry
 
+    ev = None if evaluation is None else _evaluation(evaluation)
+    reg = _read_params(params, ev)
+    if ev is None:
+        ev = evaluation_of_params(reg)
+    style, name = (CPP_ARRAY, Path(params).stem) if ev is None else (ev.cpp, ev.name)
     try:
-        reg = ParamRegistry.from_json(params)
-        text = export(reg, reg.defaults, fmt, None if output == "-" else output, reg.value_defaults)
+        text = export(reg, reg.defaults, fmt, None if output == "-" else output,
+                      reg.value_defaults, cpp_style=style, name=name)
     except (OSError, ValueError, KeyError) as e:
         raise click.ClickException(f"{params}: {e}")
     if output == "-":

@@ -1,4 +1,8 @@
-"""Exporting parameter values: Clockwork C++ source (``to_cpp``) and registry JSON (``to_json``).
+"""Exporting parameter values: C++ source and registry JSON (``to_json``).
+
+Every evaluation declares its C++ style (`tuner.evals.Evaluation.cpp`); `to_cpp_style` writes it:
+Clockwork's (``to_cpp``) or the generic array form (``to_array_cpp``, below and in
+docs/evaluations.md).
 
 ``to_cpp`` writes paste-ready source in the style of Clockwork's ``src/eval_constants.hpp``.
 A registry whose groups are exactly those of a known engine header (`ENGINE_HEADERS`: the one of
@@ -19,6 +23,7 @@ import re
 import numpy as np
 
 from tuner.fileio import atomic_write
+from . import CPP_ARRAY, CPP_CLOCKWORK, CPP_STYLES
 from .registry import ParamRegistry
 
 
@@ -112,13 +117,103 @@ def to_json(registry: ParamRegistry, values=None, path=None, value_values=None) 
     return registry.to_json(values, path, value_values)
 
 
-def export(registry: ParamRegistry, values, fmt: str, path=None, value_values=None) -> str:
-    """Format ``values`` (and ``value_values``) as ``fmt`` ('cpp' or 'json'); write to ``path``
-    if given; return the text."""
+# ---------------------------------------------------------------------------------------------
+# The generic array form: any registry, pairs and values, any shape. One declaration per
+# parameter group, in registry order:
+#
+#   inline constexpr Pair NAME = {mg, eg};              a scalar pair
+#   inline constexpr Pair NAME[5] = { {mg, eg}, ... };  an array (C arrays, row-major, any rank;
+#                                                       64-entry tables eight entries a line)
+#   inline constexpr int NAME = v;                      a value (int NAME[n] for arrays)
+#
+# inside ``namespace <evaluation name>`` with a ``struct Pair { int mg; int eg; };``. Values are
+# rounded like std::round; a comment ``// not tuned: ...`` lists the constant entries of a group.
+# Group names become identifiers by replacing every other character with '_'.
+
+ARRAY_INDENT = " " * 4
+TABLE_SIZE = 64        # a group of this many entries is a board table: eight entries a line
+TABLE_ROW = 8
+PAIR_STRUCT = ("struct Pair {", "    int mg;", "    int eg;", "};")
+
+
+def cpp_identifier(name: str) -> str:
+    """`name` as a C++ identifier: other characters become '_', a leading digit gets one."""
+    ident = re.sub(r"\W", "_", name, flags=re.ASCII)
+    return "_" + ident if ident[:1].isdigit() else ident
+
+
+def _nested(cells: list, shape: tuple, indent: str, table: bool) -> list:
+    """Initializer lines of `cells` (strings, row-major) with `shape` (rank >= 1)."""
+    if len(shape) == 1:
+        per_line = TABLE_ROW if table else len(cells)
+        return [indent + " ".join(c + "," for c in cells[r:r + per_line])
+                for r in range(0, len(cells), per_line)]
+    step = len(cells) // shape[0]
+    out = []
+    for r in range(shape[0]):
+        out.append(indent + "{")
+        out += _nested(cells[r * step:(r + 1) * step], shape[1:], indent + ARRAY_INDENT, table)
+        out.append(indent + "},")
+    return out
+
+
+def to_array_cpp(registry: ParamRegistry, values=None, value_values=None,
+                 name: str = "tuned") -> str:
+    """The generic array form (see above) of `registry`'s parameters, in namespace `name`."""
+    v = round_params(registry.defaults if values is None else registry.check_values(values))
+    vv = round_params(registry.value_defaults if value_values is None
+                      else registry.check_value_values(value_values))
+    namespace = cpp_identifier(name)
+    out = [f"// Parameters of the evaluation {name!r}, written by `tuner export` in the generic",
+           "// array form (docs/evaluations.md): pairs {mg, eg} and values, rounded like",
+           "// std::round; arrays have the registry's shapes, row-major.",
+           "#pragma once", "", f"namespace {namespace} {{", "", *PAIR_STRUCT, ""]
+    seen = {}
+    for g in registry.groups:
+        ident = cpp_identifier(g.name)
+        if ident in seen:
+            raise ValueError(f"parameter groups {seen[ident]!r} and {g.name!r} both become the "
+                             f"C++ name {ident}")
+        seen[ident] = g.name
+        if g.kind == "value":
+            ctype, cells = "int", [str(x) for x in vv[g.slice]]
+        else:
+            ctype, cells = "Pair", [f"{{{a}, {b}}}" for a, b in v[g.slice]]
+        if all(g.constant):
+            out.append("// not tuned")
+        elif any(g.constant):
+            out.append("// not tuned: entries " + ", ".join(
+                str(i) for i, c in enumerate(g.constant) if c))
+        if not g.shape:
+            out.append(f"inline constexpr {ctype} {ident} = {cells[0]};")
+            continue
+        dims = "".join(f"[{n}]" for n in g.shape)
+        out.append(f"inline constexpr {ctype} {ident}{dims} = {{")
+        out += _nested(cells, tuple(g.shape), ARRAY_INDENT, g.size == TABLE_SIZE)
+        out.append("};")
+    out += ["", f"}}  // namespace {namespace}", ""]
+    return "\n".join(out)
+
+
+def to_cpp_style(style: str, registry: ParamRegistry, values=None, value_values=None,
+                 name: str = "tuned") -> str:
+    """C++ source in `style` (one of `tuner.evals.CPP_STYLES`) of the evaluation `name`."""
+    if style == CPP_CLOCKWORK:
+        return to_cpp(registry, values, value_values=value_values)
+    if style == CPP_ARRAY:
+        return to_array_cpp(registry, values, value_values, name)
+    raise ValueError(f"unknown C++ export style {style!r} (expected one of "
+                     f"{', '.join(CPP_STYLES)})")
+
+
+def export(registry: ParamRegistry, values, fmt: str, path=None, value_values=None,
+           cpp_style: str = CPP_CLOCKWORK, name: str = "tuned") -> str:
+    """Format ``values`` (and ``value_values``) as ``fmt`` ('cpp' in `cpp_style`, or 'json');
+    write to ``path`` if given; return the text."""
     if fmt == "json":
         return registry.to_json(values, path, value_values)
     if fmt == "cpp":
-        text = to_cpp(registry, values, value_values=value_values)
+        text = to_cpp_style(cpp_style, registry, values, value_values, name)
         if path is not None:
             atomic_write(path, text)
         return text

@@ -1,8 +1,9 @@
 """A minimal evaluation: material and tempo. The template for writing your own.
 
-An evaluation is three things (see `tuner.evals`):
+An evaluation module ends with ``EVALUATION = Evaluation(...)`` (see `tuner.evals` and
+docs/evaluations.md), built from:
 
-* ``registry()``: its parameters, from a JSON file in the registry schema;
+* its parameters, a `ParamRegistry` read from a JSON file in the registry schema;
 * ``record_eval(tape, acc, pos)``: the White-POV evaluation of one packed position on the tape.
   Linear terms go into the accumulator with ``lin_add(acc, parameter_index, count)``; one
   ``lin_record_pair`` turns them into a single record, and ``record_phase`` blends mg and eg.
@@ -12,11 +13,13 @@ An evaluation is three things (see `tuner.evals`):
   can cache the compiled trainer.
 
 The working memory ``record_eval`` takes (here ``acc``) is a linear accumulator over the registry's
-pairs unless the module defines ``new_scratch()`` to make something else (see
-`tuner.evals.clockwork_10d79e6`).
+pairs unless the `Evaluation` is given a ``new_scratch`` making something else (see
+`tuner.evals.clockwork_10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
+export as C++ in the generic array form) is generic.
 
-Register the module in `tuner.evals.EVALUATIONS` and name it in a config's ``[evaluation] name``.
-Being linear, this one trains by record-once replay.
+A config names it ``[evaluation] name = "material"``; a module of your own outside the package is
+named by its module path or file path instead (docs/tutorial.md). Being linear, this one trains
+by record-once replay.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from tuner.chess.bitboard import popcount
 from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE, phase
 from tuner.tape import lin_add, lin_record_pair, record_phase
 
+from . import Evaluation
 from .registry import ParamRegistry
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "material.json")
@@ -63,3 +67,6 @@ def record_batch(tape, acc, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):
         out[i] = record_eval(tape, acc, positions[rows[i]])
+
+
+EVALUATION = Evaluation("material", registry(), record_eval, record_batch)

@@ -41,14 +41,17 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     from tuner.data import DatasetError
     from .config import ConfigError, describe
     from .loop import TrainingError, start_run
+    from tuner.terminal import TerminalObserver, compile_errors
     if help_config:
         click.echo(describe())
         return
     try:
         with sigterm_as_interrupt():
-            run = start_run(config_path, out, resume, epochs, threads)
+            run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
+                            observer=TerminalObserver())
             run.log(f"output: {run.out}")
-            run.run()
+            with compile_errors(run.evaluation.name):
+                run.run()
     except (ConfigError, DatasetError, TrainingError, OSError) as e:  # OSError: disk full ...
         _fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
@@ -77,8 +80,10 @@ def bench_cmd(threads, epochs, dataset, mode):
     thread counts and changes when the evaluation or the tape's arithmetic changes.
     """
     from tuner.data import DatasetError
+    from tuner.terminal import TRAINING_KERNELS, announce_compiling
     from .bench import run_bench
     try:
-        run_bench(dataset, epochs, threads, mode)
+        run_bench(dataset, epochs, threads, mode,
+                  announce=lambda: announce_compiling(TRAINING_KERNELS))
     except DatasetError as e:
         _fail(e)

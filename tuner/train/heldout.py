@@ -2,8 +2,6 @@
 from games the tuner never saw, with the tuned parameters against the starting ones."""
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
 from tuner.evals.export import round_params
@@ -19,15 +17,14 @@ def default_theta(registry) -> np.ndarray:
 
 def integer_evals(evaluation, theta: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, str]:
     """The evaluation of `positions` at the flat parameters `theta` as the engine computes it,
-    and how it was computed: the module's ``evaluate_positions`` (the engine's integer
-    evaluation, parameters rounded as the engine's constants are) where the evaluation module has
+    and how it was computed: the evaluation's own ``evaluate`` (`tuner.evals.Evaluation`: the
+    engine's integer evaluation, parameters rounded as the engine's constants are) where it has
     one, else the tape's evaluation with the parameters rounded to integers."""
     reg = evaluation.registry
     pairs, values = split_params(np.asarray(theta, np.float64), reg.n_params)
-    module = inspect.getmodule(evaluation.record_batch.py_func)
-    if hasattr(module, "evaluate_positions"):
+    if evaluation.evaluate is not None:
         with_params = ParamRegistry.from_dict(reg.to_dict(pairs, value_values=values))
-        ie = module.evaluate_positions(positions, with_params)[0]
+        ie = evaluation.evaluate(positions, with_params)[0]
         return ie.astype(np.float64), "the engine's integer evaluation"
     rounded = np.concatenate([round_params(pairs).reshape(-1), round_params(values)])
     return (continuous_evals(evaluation, rounded.astype(np.float64), positions, 1, 1024),

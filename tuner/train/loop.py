@@ -6,7 +6,8 @@ A run writes into its output directory:
 * ``train.log``: one line per epoch (also printed);
 * ``checkpoint.npz``: after every epoch, atomically: parameters, optimiser state, step and epoch,
   the shuffle RNG state, the loss history and the config digest;
-* ``params.json`` and ``params.hpp``: the current parameters (registry JSON; Clockwork C++);
+* ``params.json`` and ``params.hpp``: the current parameters (registry JSON; C++ in the
+  evaluation's export style);
 * ``best.json`` and ``best.hpp``: the parameters of the epoch with the lowest validation loss so
   far (the epoch is in the JSON's ``meta``), which is what a run's result usually is: later
   epochs may fit the training games better and the held-out games worse;
@@ -27,23 +28,22 @@ import hashlib
 import json
 import math
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import click
 import numpy as np
 
+from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
-from tuner.evals.export import to_cpp
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .plot import write_loss_png
+from .progress import Observer
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .split import group_ids, split_by_group
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, mse_at
@@ -52,6 +52,7 @@ from .record import record_store
 from .heldout import default_theta, integer_evals
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
                      write_meta)
+from .warmup import warm_positions, warm_up
 from .workers import Workers, continuous_evals, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
@@ -154,17 +155,17 @@ class Run:
     """One training run in an output directory (new or resumed)."""
 
     def __init__(self, cfg: Config, out_dir: Path, *, threads: int | None = None,
-                 epochs: int | None = None, log: Callable[[str], None] = click.echo,
-                 progress: bool | None = None):
+                 epochs: int | None = None, log: Callable[[str], None] = lambda line: None,
+                 observer: Observer | None = None):
         self.cfg = cfg
         self.out = Path(out_dir)
         self.log_fn = log
         tr = cfg["training"]
         self.epochs = epochs if epochs is not None else tr["epochs"]
         self.n_threads = resolve_threads(tr["threads"] if threads is None else threads)
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.observer = observer if observer is not None else Observer()
         try:
-            self.evaluation = get_evaluation(cfg["evaluation"]["name"])
+            self.evaluation = get_evaluation(cfg["evaluation"]["name"], cfg.resolve_path("."))
         except ValueError as e:
             raise ConfigError(f"{cfg.path or 'config'}: [evaluation] name: {e}") from None
         self.registry = self.evaluation.registry
@@ -252,7 +253,7 @@ class Run:
         atomic_write(self.out / f"{stem}.json",
                      self.registry.dumps(pairs, value_values=values, note=note))
         try:
-            cpp = to_cpp(self.registry, pairs, value_values=values)
+            cpp = self.evaluation.to_cpp(self.registry, pairs, values)
         except ValueError as e:  # no C++ layout for this evaluation: say so once
             if not self.no_cpp:
                 self.log(f"no params.hpp: {e}")
@@ -293,9 +294,7 @@ class Run:
         n_batches = math.ceil(len(order) / bs)
         t0 = time.perf_counter()
         sse_total = []
-        bar = click.progressbar(length=len(order), label=f"epoch {e + 1}/{self.epochs}",
-                                file=sys.stderr, show_eta=True,
-                                item_show_func=lambda x: x) if self.progress else None
+        self.observer.epoch_start(e + 1, self.epochs, len(order))
         try:
             for b in range(n_batches):
                 batch = order[b * bs:(b + 1) * bs]
@@ -308,13 +307,10 @@ class Run:
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: a parameter left the range "
                                   f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
-                if bar is not None:
-                    done = min(len(order), (b + 1) * bs)
-                    bar.current_item = f"loss {math.fsum(sse_total) / done:.6f}"
-                    bar.update(len(batch))
+                done = min(len(order), (b + 1) * bs)
+                self.observer.epoch_progress(done, math.fsum(sse_total) / done)
         finally:
-            if bar is not None:
-                bar.render_finish()
+            self.observer.epoch_end()
         train_seconds = time.perf_counter() - t0
         train_loss = math.fsum(sse_total) / len(order)
         val_loss = math.nan
@@ -373,23 +369,16 @@ class Run:
                     return store
                 except FreezeError as e:
                     self.log(f"replay: store cache {e}; recording again")
-        bar = (click.progressbar(length=len(data.positions), label="recording positions",
-                                 file=sys.stderr) if self.progress else None)
-        lock = threading.Lock()
-
-        def advance(n):  # called from the recording threads
-            with lock:
-                bar.update(n)
+        t0 = time.perf_counter()  # after the cache lookup: the recording alone
+        self.observer.record_start(len(data.positions))
         try:
             store = record_store(self.evaluation, data.positions, targets, self.k,
                                  self.n_threads, tr["micro_batch_size"],
-                                 progress=advance if bar is not None else None,
-                                 loss=self.loss_form)
+                                 progress=self.observer.record_progress, loss=self.loss_form)
         except FreezeError as e:
             raise self.unplayable(e) from None
         finally:
-            if bar is not None:
-                bar.render_finish()
+            self.observer.record_end()
         n = store_len(store)
         self.log(f"replay: recorded {n:,} positions once in {time.perf_counter() - t0:.2f} s "
                  f"({store_nbytes(store) / max(1, n):.0f} bytes each, {len(store.t_temps)} "
@@ -467,20 +456,36 @@ class Run:
 
     def train(self, data: Data | None = None) -> dict:
         """The epochs from the current one to `self.epochs`."""
-        data = data if data is not None else load_data(self.cfg, self.log)
+        compiling = CompileWatch()  # every kernel warms before anything is timed
+        with watch_compilation(self.observer.compile_start, compiling):
+            warm = warm_positions()
+        if data is None:
+            self.observer.load_start(self.cfg["data"]["train"])
+            t0 = time.perf_counter()
+            data = load_data(self.cfg, self.log)
+            self.observer.load_end(len(data.positions), time.perf_counter() - t0)
         held = (f"{len(data.val):,} ({data.val_games:,} whole games, none of them trained on)"
                 if len(data.val) else "0 (no validation)")
         self.log(f"train {len(data.train):,} positions ({data.train_games:,} games), validation "
                  f"{held}; "
                  f"{self.registry.n_params} parameters "
                  f"({int((~self.registry.constant).sum())} tunable); {self.n_threads} thread(s)")
-        if self.k is None:
-            self.k = self.fit_k(data)
-        try:
-            targets = blend_targets(data.results, data.score_cp, self.k,
-                                    self.cfg["loss"]["score_blend"])
-        except ValueError as e:
-            raise TrainingError(f"[loss] score_blend: {e}") from None
+        with watch_compilation(self.observer.compile_start, compiling):
+            if self.k is None:
+                self.k = self.fit_k(data)
+            try:
+                targets = blend_targets(data.results, data.score_cp, self.k,
+                                        self.cfg["loss"]["score_blend"])
+            except ValueError as e:
+                raise TrainingError(f"[loss] score_blend: {e}") from None
+            try:
+                warm_up(self, *warm)
+            except FreezeError as e:
+                raise self.unplayable(e) from None
+        if compiling.compiled:
+            self.observer.compile_end(compiling.seconds)
+            self.log(f"compiled the kernels in {compiling.seconds:.1f} s (once: later runs load "
+                     f"them from the cache)")
         tr = self.cfg["training"]
         store = self.replay_store(data, targets)
         workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
@@ -506,6 +511,7 @@ class Run:
                 self.write_params()
                 if best:
                     self.write_best()
+                self.observer.epoch_done(stats)
                 self.log(f"epoch {stats['epoch']:4d}/{self.epochs}  train {stats['train_loss']:.6f}"
                          f"  val {'-' if math.isnan(val) else format(val, '.6f')}"
                          f"{' *' if best else '  '}  lr {stats['lr']:.4g}  "
@@ -514,7 +520,8 @@ class Run:
             workers.close()
             self.write_history()
         if len(data.val):
-            self.report_heldout(data)
+            with watch_compilation(self.observer.compile_start, compiling):
+                self.report_heldout(data)
         return self.history
 
     def report_heldout(self, data: Data) -> None:
@@ -543,8 +550,8 @@ class Run:
 
 
 def start_run(config_path: str | None, out: str | None, resume: str | None,
-              epochs: int | None, threads: int | None, log=click.echo,
-              progress: bool | None = None) -> Run:
+              epochs: int | None, threads: int | None, log=lambda line: None,
+              observer: Observer | None = None) -> Run:
     """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`), holding the lock of
     its directory. Without `epochs`, a resumed run trains to the epochs it was started (or last
     resumed) with."""
@@ -559,7 +566,7 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
             # relative paths in the copy mean what they meant originally
             cfg.path = Path(meta["config"])
         target = epochs if epochs is not None else meta.get("epochs")
-        run = Run(cfg, out_dir, threads=threads, epochs=target, log=log, progress=progress)
+        run = Run(cfg, out_dir, threads=threads, epochs=target, log=log, observer=observer)
         try:
             _lock(run)
             remove_stale_temps(out_dir)
@@ -578,7 +585,7 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     cfg = load_config(config_path)
     out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     # everything the config names is checked before anything is created
-    run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, progress=progress)
+    run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
     run.created_dir = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

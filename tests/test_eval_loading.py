@@ -1,0 +1,202 @@
+"""Naming an evaluation by registry name, module path or file, the errors when that fails, and
+the generic commands every evaluation gets (integer eval, --breakdown, --params, C++ export)."""
+import json
+import math
+
+import chess
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from shared import DATASETS, REPO
+from tuner.chess.position import parse_fen_list
+from tuner.cli import main
+from tuner.evals import CPP_ARRAY, CPP_CLOCKWORK, Evaluation, evaluation_of_params, get_evaluation
+from tuner.evals.export import round_half_away
+from tuner.evals.generic import continuous
+from tuner.evals.registry import ParamRegistry
+from tuner.tape import backward, new_tape, set_params
+from tuner.train.config import ConfigError, load_config
+from tuner.train.loop import Run
+
+EXAMPLES = REPO / "examples"
+QUEEN_ATTACK = "6k1/5ppp/8/8/8/8/Q4PPP/3R2K1 w - - 0 1"
+PIECES = (chess.PAWN, chess.KNIGHT, chess.BISHOP, chess.ROOK, chess.QUEEN)
+PHASE_WEIGHT = {chess.KNIGHT: 1, chess.BISHOP: 1, chess.ROOK: 2, chess.QUEEN: 4}
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def _fens(n=200):
+    lines = (DATASETS / "tiny.txt").read_text().splitlines()[:n]
+    return [line.split(";")[0] for line in lines]
+
+
+# -- finding evaluations -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, style", [("clockwork", CPP_CLOCKWORK),
+                                         ("clockwork-10d79e6", CPP_CLOCKWORK),
+                                         ("material", CPP_ARRAY)])
+def test_registered_names(name, style):
+    ev = get_evaluation(name)
+    assert isinstance(ev, Evaluation) and ev.name == name and ev.cpp == style
+
+
+def test_a_module_path():
+    ev = get_evaluation("nonlinear_eval")  # tests/ is on sys.path
+    assert ev.name == "nonlinear-test"
+
+
+def test_a_file_relative_to_a_base_is_imported_once():
+    a = get_evaluation("kingsafety.py", EXAMPLES)
+    b = get_evaluation(str(EXAMPLES / "kingsafety.py"))
+    assert a.name == "kingsafety" and a is b
+
+
+@pytest.mark.parametrize("source, match", [
+    (None, r"no such evaluation file: .*missing\.py"),
+    ("X = 1\n", r"noeval\.py: defines no EVALUATION"),
+    ("EVALUATION = {'name': 'x'}\n", r"EVALUATION is a dict, not a tuner.evals.Evaluation"),
+    ("def broken(:\n", r"importing it failed: .*noeval\.py:1: "),
+    ("import no_such_dependency_xyz\n", r"importing it failed: ModuleNotFoundError: .*"
+                                        r"no_such_dependency_xyz"),
+])
+def test_file_errors_say_what_is_wrong(tmp_path, source, match):
+    name = "missing.py" if source is None else "noeval.py"
+    if source is not None:
+        (tmp_path / name).write_text(source)
+    with pytest.raises(ValueError, match=match):
+        get_evaluation(name, tmp_path)
+
+
+def test_unknown_name_lists_the_registered_ones():
+    with pytest.raises(ValueError, match=r"unknown evaluation 'Clockwork': not a registered "
+                                         r"name \(clockwork, clockwork-10d79e6, material\)"):
+        get_evaluation("Clockwork")
+
+
+def test_a_config_names_a_file_beside_it(tmp_path):
+    text = (EXAMPLES / "kingsafety.toml").read_text()
+    (tmp_path / "a.toml").write_text(text.replace('"kingsafety.py"', '"../examples/x.py"'))
+    assert '"../examples/x.py"' in (tmp_path / "a.toml").read_text()
+    with pytest.raises(ConfigError, match=r"a\.toml: \[evaluation\] name: no such evaluation "
+                                          r"file: .*examples/x\.py"):
+        Run(load_config(tmp_path / "a.toml"), tmp_path)
+    (tmp_path / "b.toml").write_text(text.replace('"kingsafety.py"',
+                                                  f'"{EXAMPLES / "kingsafety.py"}"'))
+    run = Run(load_config(tmp_path / "b.toml"), tmp_path)
+    assert run.evaluation is get_evaluation("kingsafety.py", EXAMPLES)
+
+
+# -- the generic commands ----------------------------------------------------------------------
+
+def _material_expected(fens, reg):
+    """Material and tempo, blended by phase, counted with python-chess."""
+    mat, tempo = reg.defaults[:5], reg.defaults[reg.offset("TEMPO")]  # PAWN..QUEEN, TEMPO
+    out = []
+    for fen in fens:
+        board = chess.Board(fen)
+        s = np.array(tempo if board.turn == chess.WHITE else -tempo, dtype=np.float64)
+        for t, piece in enumerate(PIECES):
+            s = s + mat[t] * (len(board.pieces(piece, chess.WHITE))
+                              - len(board.pieces(piece, chess.BLACK)))
+        ph = min(24, sum(w * len(board.pieces(p, c)) for p, w in PHASE_WEIGHT.items()
+                         for c in chess.COLORS))
+        alpha = ph / 24  # as record_phase blends
+        out.append(alpha * s[0] + (1 - alpha) * s[1])
+    return np.array(out)
+
+
+def test_generic_evaluate_matches_python_chess():
+    ev = get_evaluation("material")
+    fens = _fens()
+    positions, status = parse_fen_list(fens)
+    assert not status.any()
+    reg = ev.registry
+    values = reg.defaults + 0.37  # fractional: the integer eval rounds the parameters first
+    tuned = ParamRegistry.from_dict(json.loads(reg.dumps(values)))
+    ie, cont = ev.evaluate_positions(positions, tuned)
+    np.testing.assert_allclose(cont, _material_expected(fens, tuned), rtol=0, atol=1e-9)
+    rounded = ParamRegistry.from_dict(json.loads(reg.dumps(np.round(values))))
+    expect = [round_half_away(x) for x in _material_expected(fens, rounded)]
+    assert list(ie) == expect
+
+
+def test_generic_breakdown_of_a_linear_evaluation_adds_up(runner):
+    ev = get_evaluation("material")
+    r = runner.invoke(main, ["eval", "-e", "material", "--breakdown", QUEEN_ATTACK])
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.strip()}
+    alpha = 6 / 24  # a queen and a rook
+    reg = ev.registry
+    for name in ("QUEEN", "ROOK"):  # one of each, White's: contribution = blend weight * value
+        mg, eg = reg.defaults[reg.offset(name)]
+        assert float(rows[name][2]) == pytest.approx(alpha * mg, abs=1e-4)
+        assert float(rows[name][3]) == pytest.approx((1 - alpha) * eg, abs=1e-4)
+    assert "PAWN" not in rows  # three pawns each: no gradient
+    assert rows["non-linear"][-1] == "0.0000"
+    cont = float(next(line for line in r.stdout.splitlines()
+                      if line.startswith("continuous eval:")).split()[-1])
+    assert cont == pytest.approx(_material_expected([QUEEN_ATTACK], ev.registry)[0], abs=1e-6)
+
+
+def test_eval_with_params_of_the_material_evaluation(runner, tmp_path):
+    ev = get_evaluation("material")
+    p = tmp_path / "material.json"
+    ev.registry.to_json(ev.registry.defaults * 2, p)
+    r = runner.invoke(main, ["eval", "-e", "material", "--params", str(p), QUEEN_ATTACK])
+    assert r.exit_code == 0, r.output
+    doubled = ParamRegistry.from_json(p)
+    expect = round_half_away(_material_expected([QUEEN_ATTACK], doubled)[0])
+    assert r.stdout.strip() == f"{QUEEN_ATTACK};{expect}"
+    r = runner.invoke(main, ["eval", "-e", "clockwork", "--params", str(p), QUEEN_ATTACK])
+    assert r.exit_code != 0
+    assert "not the parameters of evaluation 'clockwork': it has 541 pair" in r.stderr
+
+
+def test_eval_names_an_unknown_evaluation(runner):
+    r = runner.invoke(main, ["eval", "-e", "nope.py", QUEEN_ATTACK])
+    assert r.exit_code != 0
+    assert r.stderr.strip().splitlines()[-1] == "Error: --evaluation: no such evaluation file: nope.py"
+
+
+def test_export_picks_the_style_of_the_evaluation(runner, tmp_path):
+    p = tmp_path / "m.json"
+    get_evaluation("material").registry.to_json(None, p)
+    r = runner.invoke(main, ["export", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "namespace material {" in r.stdout and "Clockwork" not in r.stdout
+    assert evaluation_of_params(ParamRegistry.from_json(p)).name == "material"
+    r = runner.invoke(main, ["export", str(p), "-e", "clockwork"])
+    assert r.exit_code != 0 and "not the parameters of evaluation 'clockwork'" in r.stderr
+
+
+def test_example_gradients_match_finite_differences():
+    """The tutorial's evaluation on the tape: d eval / d parameter against central differences
+    of the recorded evaluation, for every pair entry, on positions with king attacks."""
+    ev = get_evaluation("kingsafety.py", EXAMPLES)
+    fens = [QUEEN_ATTACK, "r1b2rk1/ppp2ppp/2n5/3q4/3P4/2NB1N2/PP3PPP/R2Q1RK1 b - - 0 1",
+            "r4rk1/ppp2ppp/8/8/3q4/3B4/PP3PPP/R2QR1K1 w - - 0 1"]
+    positions, status = parse_fen_list(fens)
+    assert not status.any()
+    reg = ev.registry
+    pairs, values = np.array(reg.defaults), np.array(reg.value_defaults)
+    h = 1e-4
+    for i, pos in enumerate(positions):
+        tape = new_tape(reg.n_values, reg.n_params, records=64)
+        set_params(tape.arena, pairs, values)
+        out = ev.record_eval(tape, ev.new_scratch(), pos)
+        backward(tape, out)
+        grad = tape.arena.pair_grad[: reg.n_params].copy()
+        assert np.abs(grad[6:10]).sum() > 0  # the king-safety weights are reached
+        for k in range(reg.n_params):
+            for j in range(2):
+                up, down = pairs.copy(), pairs.copy()
+                up[k, j] += h
+                down[k, j] -= h
+                fd = (continuous(ev, positions[i:i + 1], up, values)[0]
+                      - continuous(ev, positions[i:i + 1], down, values)[0]) / (2 * h)
+                assert math.isclose(grad[k, j], fd, rel_tol=1e-6, abs_tol=1e-6), (fens[i], k, j)

@@ -1,0 +1,55 @@
+"""Warming a run's kernels on two positions before anything is timed.
+
+Every compiled kernel a run calls (bulk FEN parsing, the evaluation's recorder, the loss, the
+player's freeze and sweeps, the optimiser step) is called once here on a three-position input
+(the parser first, before the data is loaded; the rest after). On a
+cold cache (the first run of these sources, or of an edited evaluation file) that is where Numba
+compiles them, announced by the caller; on a warm one it loads their machine code from the cache.
+Either way the load, record and epoch timings that follow measure only the work itself. The run's
+state (parameters, optimiser moments, step, shuffle order) is left exactly as it was.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from tuner.data.fenarrow import parse_fen_array
+from .record import record_store
+from .workers import Workers
+
+#: Three positions in micro-batches of two: a full micro-batch and a partial one, whose slot
+#: arrays are views of another layout (Numba compiles each layout apart). The kernels' types do
+#: not depend on the positions themselves.
+WARM_FENS = ("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+             "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R b KQkq - 0 1",
+             "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45")
+WARM_RESULTS = (1.0, 0.5, 0.0)
+WARM_MICRO = 2
+
+
+def warm_positions() -> tuple[np.ndarray, np.ndarray]:
+    """`WARM_FENS` and `WARM_RESULTS` as arrays, parsed by the loader's bulk FEN parser (which
+    this warms: a run calls it before loading its data, so that a missing dataset is reported
+    before the other kernels compile)."""
+    positions, _ = parse_fen_array(pa.array(WARM_FENS))
+    return positions, np.array(WARM_RESULTS)
+
+
+def warm_up(run, positions: np.ndarray, results: np.ndarray) -> None:
+    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()`."""
+    n = len(positions)
+    k = run.k  # known by now (fitted if [loss] k = "fit")
+    store = (None if run.cfg["training"]["mode"] == "eager"
+             else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO,
+                               loss=run.loss_form))
+    workers = Workers(run.evaluation, 1, WARM_MICRO, n, store=store, loss=run.loss_form)
+    saved = run.theta.copy(), run.m.copy(), run.v.copy(), run.step
+    try:
+        rows = np.arange(n)
+        _, grad = workers.loss_grad(run.theta, positions, results, rows, k)
+        workers.loss_grad(run.theta, positions, results, rows, k, with_grad=False)
+        run.optimizer_step(np.zeros_like(grad), 0.0, np.zeros(len(grad), dtype=bool))
+    finally:
+        workers.close()
+        run.theta[:], run.m[:], run.v[:] = saved[:3]
+        run.step = saved[3]
