@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/tuner train --config configs/default.toml
+	$(BIN)/tuner train --config default
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/data_bench.py [--rows 1000000] [--keep DIR]
 
 Builds a ~1M-row Parquet file and a ~1M-line Clockwork text file by repeating the shipped
-samples (datasets/selfplay-*.parquet, and their text export) in a temporary directory, then
+samples (tuner/samples/selfplay-*.parquet, and their text export) in a temporary directory, then
 prints: load rate (positions/s), bytes per position held in memory, peak RSS growth while
 loading, and conversion rate (lines/s, MB/s). Numba compilation is excluded (a warm-up load of
 `tiny` runs first).
@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.data import convert_files, load_dataset  # noqa: E402
 
-SAMPLES = [ROOT / "datasets" / "selfplay-std.parquet", ROOT / "datasets" / "selfplay-dfrc.parquet"]
+SAMPLES = [ROOT / "tuner" / "samples" / "selfplay-std.parquet",
+           ROOT / "tuner" / "samples" / "selfplay-dfrc.parquet"]
 
 
 def build_inputs(tmp: Path, rows: int) -> tuple[Path, Path]:
@@ -101,7 +102,7 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         # warm-up: numba compile / cache load of the FEN parser and the line scanner
         load_dataset("tiny", quiet=True)
-        convert_files([ROOT / "datasets" / "tiny.txt"], tmp / "warmup.parquet")
+        convert_files([ROOT / "tuner" / "samples" / "tiny.txt"], tmp / "warmup.parquet")
         pq_path, txt_path = build_inputs(tmp, args.rows)
         print(f"input: {args.rows:,} rows; {pq_path.stat().st_size / 1e6:.1f} MB Parquet, "
               f"{txt_path.stat().st_size / 1e6:.1f} MB text")

@@ -1,6 +1,6 @@
 """Training speed at the scale of Clockwork's data: the shipped sample (390,968 positions) tiled
 to --positions (default 6.97 M, the size of the C++ tuner's benchmark), batches of 262,144,
-zero initialisation, AdamW lr 10 (configs/clockwork-seed.toml's settings).
+zero initialisation, AdamW lr 10 (the shipped clockwork-seed configuration's settings).
 
 Prints the one-off recording time and memory of the replay store, then s/epoch (median),
 positions/s and peak memory for each mode and thread count asked for.

@@ -15,7 +15,7 @@ from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.schema import ROW_GROUP_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_TXT = ROOT / "datasets" / "tiny.txt"
+TINY_TXT = ROOT / "tuner" / "samples" / "tiny.txt"
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 GOOD = [ln for ln in TINY_TXT.read_text().splitlines()[:50]]
 
@@ -216,7 +216,7 @@ def test_compressed_inputs(tmp_path, codec):
     s = convert_files([src], tmp_path / "o.parquet", progress=seen.append, block_bytes=50_000)
     assert s.rows == 4000 and s.n_bad == 0 and s.files[0].format == "clockwork"
     assert sum(seen) == src.stat().st_size
-    plain = load_dataset(ROOT / "datasets" / "tiny.parquet")
+    plain = load_dataset(ROOT / "tuner" / "samples" / "tiny.parquet")
     assert (load_dataset(tmp_path / "o.parquet").positions == plain.positions).all()
     # a damaged compressed stream is an error naming the file, and leaves nothing behind
     b = bytearray(src.read_bytes())

@@ -12,8 +12,7 @@ from tuner.chess.position import parse_fen_list
 from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.formats import classify_line, detect_format
 
-DATASETS = Path(__file__).resolve().parents[1] / "datasets"
-TINY_TXT = DATASETS / "tiny.txt"
+TINY_TXT = Path(__file__).resolve().parents[1] / "tuner" / "samples" / "tiny.txt"
 
 
 def tiny_rows(n: int = 400):

@@ -17,8 +17,8 @@ from tuner.chess.position import parse_fen_list
 from tuner.data import DatasetError, convert_files, load_dataset
 from tuner.data.fenarrow import parse_fen_array
 
-DATASETS = Path(__file__).resolve().parents[1] / "datasets"
-TINY = DATASETS / "tiny.parquet"
+SAMPLES = Path(__file__).resolve().parents[1] / "tuner" / "samples"
+TINY = SAMPLES / "tiny.parquet"
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_wrong_schema(tmp_path, columns, match):
 
 
 def test_missing_file_and_directory(tmp_path):
-    with pytest.raises(DatasetError, match="no such file, and not a registered dataset name"):
+    with pytest.raises(DatasetError, match="nope.parquet: no such file$"):
         load_dataset(tmp_path / "nope.parquet")
     with pytest.raises(DatasetError, match="is a directory"):
         load_dataset(tmp_path)
@@ -213,7 +213,7 @@ def test_not_parquet(tmp_path, content):
 def converted(tmp_path_factory):
     """tiny converted by tuner convert (page checksums on)."""
     d = tmp_path_factory.mktemp("conv")
-    convert_files([DATASETS / "tiny.txt"], d / "c.parquet", row_group_rows=1000)
+    convert_files([SAMPLES / "tiny.txt"], d / "c.parquet", row_group_rows=1000)
     return d / "c.parquet"
 
 
@@ -258,7 +258,7 @@ def test_flipped_bytes_never_load_altered_data(tmp_path, converted, tiny, source
 AGREED = (chess.STATUS_NO_WHITE_KING | chess.STATUS_NO_BLACK_KING | chess.STATUS_TOO_MANY_KINGS
           | chess.STATUS_PAWNS_ON_BACKRANK | chess.STATUS_TOO_MANY_WHITE_PIECES
           | chess.STATUS_TOO_MANY_BLACK_PIECES | chess.STATUS_EMPTY)
-SEEDS = [f.split(";")[0] for f in (DATASETS / "tiny.txt").read_text().splitlines()[::97]]
+SEEDS = [f.split(";")[0] for f in (SAMPLES / "tiny.txt").read_text().splitlines()[::97]]
 
 
 def python_chess_valid(fen: str) -> bool | None:

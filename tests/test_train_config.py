@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,11 +11,11 @@ from click.testing import CliRunner
 
 from tuner.cli import main
 from tuner.evals import clockwork as cw
+from tuner.shipped import find_config, shipped_configs
 from tuner.train.config import SCHEMA, ConfigError, describe, load_config, validate
 from tuner.train.loop import Run, load_data
 from tuner.train.schedule import check_patterns, learning_rate, trainable_mask
 
-REPO = Path(__file__).resolve().parents[1]
 
 TINY = """\
 [data]
@@ -128,7 +127,9 @@ def test_validate_errors(raw, needles):
 def test_help_config_lists_every_key():
     r = CliRunner().invoke(main, ["train", "--help-config"])
     assert r.exit_code == 0
-    assert r.output.strip() == describe().strip()
+    reference, shipped = r.output.strip().rsplit("\n", 1)
+    assert reference.strip() == describe().strip()
+    assert shipped.endswith(": " + ", ".join(shipped_configs()))
     for section, keys in SCHEMA.items():
         assert f"[{section}]" in r.output
         for k in keys:
@@ -136,7 +137,7 @@ def test_help_config_lists_every_key():
 
 
 def test_example_configs_are_valid():
-    cfg = load_config("configs/default.toml")
+    cfg = load_config(find_config("default"))
     assert cfg["data"]["train"] == ["selfplay-std", "selfplay-dfrc"]
     assert cfg["evaluation"]["init"] == "default" and cfg["training"]["patience"] > 0
 
@@ -370,10 +371,10 @@ def test_freeze_run_keeps_frozen_entries_exactly(tmp_path):
 
 
 def test_clockwork_head_recipe_is_the_engine_tuners():
-    """configs/clockwork-head.toml: 10d79e6's evaltune_main.cpp schedule and freeze stages."""
+    """The shipped clockwork-head configuration: 10d79e6's evaltune_main.cpp schedule and freeze stages."""
     from tuner.evals import get_evaluation
 
-    cfg = load_config(REPO / "configs" / "clockwork-head.toml")
+    cfg = load_config(find_config("clockwork-head"))
     reg = get_evaluation(cfg["evaluation"]["name"]).registry
     assert reg.n_params == 627 and reg.n_values == 5
     stages = cfg["freeze"]["stages"]

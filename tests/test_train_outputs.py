@@ -169,7 +169,7 @@ def test_relative_dataset_path_survives_resume_from_elsewhere(tmp_path, monkeypa
     import shutil
     (tmp_path / "data").mkdir()
     (tmp_path / "cfg").mkdir()
-    shutil.copyfile("datasets/tiny.parquet", tmp_path / "data" / "mine.parquet")
+    shutil.copyfile("tuner/samples/tiny.parquet", tmp_path / "data" / "mine.parquet")
     cfg = tmp_path / "cfg" / "run.toml"
     cfg.write_text(TINY_TOML.replace('["tiny"]', '["../data/mine.parquet"]'), encoding="utf-8")
     elsewhere = tmp_path / "elsewhere"

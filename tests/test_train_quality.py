@@ -246,10 +246,10 @@ def test_fine_tune_on_the_sample_beats_its_start_on_held_out_games(tmp_path):
     """The default job's recipe on the shipped sample: the engine's integer evaluation with the
     tuned parameters has a lower loss on held-out games than with the starting (the engine's)
     parameters, and the log says so."""
+    from tuner.shipped import find_config
     from tuner.train.config import load_config
-    from shared import REPO
 
-    cfg = load_config(REPO / "configs" / "default.toml")
+    cfg = load_config(find_config("default"))
     assert cfg["evaluation"]["init"] == "default"
     out = tmp_path / "run"
     out.mkdir()

@@ -19,6 +19,7 @@ from numba import njit
 
 from tuner.evals import clockwork as cw
 from tuner.evals import get_evaluation
+from tuner.shipped import find_config
 from tuner.train.config import load_config, validate
 from tuner.train.loop import Data, Run, load_data
 from tuner.train.workers import Workers
@@ -89,7 +90,7 @@ class Identifiable:
 @pytest.fixture(scope="module")
 def sample():
     """The shipped sample (selfplay-std + selfplay-dfrc) in the default split."""
-    cfg = load_config("configs/default.toml")
+    cfg = load_config(find_config("default"))
     return cfg, load_data(cfg, lambda s: None)
 
 

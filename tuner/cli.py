@@ -1,4 +1,4 @@
-"""Command-line interface: `tuner train|bench|eval|export|convert|data`."""
+"""Command-line interface: `tuner train|configs|bench|eval|export|convert|data`."""
 import click
 
 
@@ -20,8 +20,9 @@ from tuner.data.commands import convert_cmd, data_group  # noqa: E402  (light: c
 main.add_command(convert_cmd)
 main.add_command(data_group)
 
-# --- training commands (train, bench) ---------------------------------------------------------
-from tuner.train.commands import bench_cmd, train_cmd  # noqa: E402  (light: click only)
+# --- training commands (train, configs, bench) ------------------------------------------------
+from tuner.train.commands import bench_cmd, configs_cmd, train_cmd  # noqa: E402  (light: click only)
 
 main.add_command(train_cmd)
+main.add_command(configs_cmd)
 main.add_command(bench_cmd)

@@ -5,7 +5,8 @@ Public API (imported lazily, so ``import tuner.data`` is cheap):
 * ``load_dataset(path_or_name, policy="skip", ...) -> Dataset``
 * ``Dataset``, ``BadRow``, ``DatasetError``
 * ``convert_files(inputs, output, fmt="auto", policy="skip", ...) -> ConvertSummary``
-* ``resolve(name_or_path)``, ``load_registry()``, ``registry_path()``
+* ``resolve(name_or_path, config=None)``, ``search_path(config=None)``, ``known_datasets()``,
+  ``load_registry(path)``
 * ``dataset_stats(path_or_name) -> Stats``, ``format_stats(stats)``
 """
 from __future__ import annotations
@@ -17,8 +18,8 @@ _EXPORTS = {
     "Dataset": "loader", "load_dataset": "loader",
     "convert_files": "convert", "ConvertSummary": "convert",
     "FORMATS": "formats", "detect_format": "formats",
-    "resolve": "registry", "load_registry": "registry", "registry_path": "registry",
-    "RegistryEntry": "registry",
+    "resolve": "registry", "load_registry": "registry", "search_path": "registry",
+    "known_datasets": "registry", "RegistryEntry": "registry",
     "dataset_stats": "stats", "format_stats": "stats", "Stats": "stats",
     "phases": "stats", "classify_variants": "stats",
 }

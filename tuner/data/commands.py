@@ -88,8 +88,8 @@ def data_group():
               show_default=True, help="strict: fail if the file has bad rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def stats_cmd(dataset, policy, as_json):
-    """Rows, results, phase histogram and standard/DFRC counts of DATASET (a name from
-    datasets/registry.toml, or a Parquet file).
+    """Rows, results, phase histogram and standard/DFRC counts of DATASET (a registered name,
+    see `tuner data list`, or a Parquet file).
 
     \b
     Phase = knights + bishops + 2*rooks + 4*queens (both sides), capped at 24.
@@ -115,29 +115,65 @@ def stats_cmd(dataset, policy, as_json):
 @data_group.command("list")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Check files against the registry's checksums.")
-def list_cmd(verify):
-    """Registered datasets (datasets/registry.toml, or $TUNER_DATASETS) and their state."""
-    from .errors import DatasetError
-    from .registry import display_path, load_registry, registry_path, verify_entry
+@click.option("--config", "config_name", metavar="CONFIG",
+              help="Show the lookup for the dataset names of this configuration (a file or a "
+                   "shipped name): its project's registry comes first.")
+def list_cmd(verify, config_name):
+    """The registries dataset names are looked up in, in order, and their datasets.
 
+    \b
+    A value with a '/' or ending in .parquet is a file path (relative to the
+    configuration file it comes from). A name is looked up in:
+      1. the project's datasets/registry.toml: the nearest one in the folder of
+         the configuration or a parent; without one, ./datasets/registry.toml;
+      2. $TUNER_DATASETS (a folder holding registry.toml, or a .toml file);
+      3. the sample sets shipped with tuner.
+    The first registry listing a name wins; a name none lists is read as a file of
+    that name, if there is one. Paths in a registry are relative to it.
+    """
+    from .errors import DatasetError
+    from .registry import display_path, registries, search_path, verify_entry
+
+    config = None
+    if config_name is not None:
+        from tuner.shipped import find_config
+        from tuner.train.config import ConfigError
+        try:
+            config = find_config(config_name)
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from e
     try:
-        reg = load_registry()
+        found = registries(config)
     except DatasetError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(f"registry: {display_path(registry_path())}")
-    if not reg:
-        click.echo("  (no datasets registered)")
-    for name, e in reg.items():
-        if not e.path.is_file():
-            state = f"missing; create with: {e.convert_command()}" if e.sha256 is None \
-                else "MISSING (shipped file; restore it with git)"
-        elif verify:
-            try:
-                verify_entry(e)
-                state = "ok" if e.sha256 else "present (no checksum)"
-            except DatasetError as err:
-                state = f"ERROR: {err}"
-        else:
-            state = "present"
-        rows = f"{e.rows:,} rows" if e.rows else ""
-        click.echo(f"  {name:<15}{display_path(e.path):<32}{rows:>14}  {state}")
+    click.echo("dataset names are looked up in (first match wins; paths are read as files):")
+    counts = {step: len(entries) for step, entries in found}
+    number = {}
+    for i, step in enumerate(search_path(config), 1):
+        number[step] = i
+        state = (f"{counts[step]} datasets" if step in counts
+                 else "not set" if step.path is None else "none there")
+        click.echo(f"  {i}. {step.label}: {state}")
+    seen: dict[str, int] = {}
+    for step, entries in found:
+        click.echo(f"\n{number[step]}. {step.label}:")
+        if not entries:
+            click.echo("  (no datasets registered)")
+        for name, e in entries.items():
+            if name in seen:
+                state = f"shadowed by registry {seen[name]}"
+            elif not e.path.is_file():
+                state = f"missing; create with: {e.convert_command()}" if e.sha256 is None \
+                    else f"MISSING ({e.missing_hint()})"
+            elif verify:
+                try:
+                    verify_entry(e)
+                    state = "ok" if e.sha256 else "present (no checksum)"
+                except DatasetError as err:
+                    state = f"ERROR: {err}"
+            else:
+                state = "present"
+            seen.setdefault(name, number[step])
+            rows = f"{e.rows:,} rows" if e.rows else ""
+            file = os.path.relpath(e.path, step.path.parent)
+            click.echo(f"  {name:<15}{file:<24}{rows:>14}  {state}")

@@ -94,7 +94,7 @@ def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
                  need_scores: bool = False, with_game: bool = False,
                  keep_row_index: bool = False,
                  quiet: bool = False, batch_rows: int = BATCH_ROWS) -> Dataset:
-    """Load a dataset: a registry name (see ``datasets/registry.toml``) or a Parquet path.
+    """Load a dataset: a registered name (see ``tuner.data.registry``) or a Parquet path.
 
     Streams the file batch by batch, parses the FENs in bulk from the Arrow buffers, checks
     the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are dropped under

@@ -1,4 +1,4 @@
-"""Click commands of the training layer: `tuner train` and `tuner bench`."""
+"""Click commands of the training layer: `tuner train`, `tuner configs` and `tuner bench`."""
 from __future__ import annotations
 
 import sys
@@ -10,14 +10,15 @@ from tuner.interrupt import exit_status, sigterm_as_interrupt
 from .config import MAX_EPOCHS, MAX_THREADS
 
 
-def _fail(e: Exception) -> None:
+def _fail(e: Exception | str) -> None:
     click.echo(f"error: {e}", err=True)
     sys.exit(2)
 
 
 @click.command("train")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="TOML configuration file (see --help-config). Required unless --resume.")
+@click.option("--config", "config_name", metavar="CONFIG",
+              help="TOML configuration file, or the name of a shipped one (`tuner configs`; "
+                   "keys: --help-config). Required unless --resume.")
 @click.option("--epochs", type=click.IntRange(min=1, max=MAX_EPOCHS),
               help="Train until this many epochs are done (overrides [training] epochs; on "
                    "--resume, default: the epochs the run was started or last resumed with).")
@@ -30,7 +31,7 @@ def _fail(e: Exception) -> None:
               help="Continue the run in this directory from its last checkpoint; the result "
                    "is identical to an uninterrupted run.")
 @click.option("--help-config", is_flag=True, help="Print every configuration key and exit.")
-def train_cmd(config_path, epochs, threads, out, resume, help_config):
+def train_cmd(config_name, epochs, threads, out, resume, help_config):
     """Tune an evaluation's parameters on labelled positions.
 
     Writes, in the output directory: train.log (one line per epoch), checkpoint.npz (after every
@@ -39,14 +40,18 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     with the checkpoint. SIGTERM stops like Ctrl-C, keeping the last completed epoch.
     """
     from tuner.data import DatasetError
+    from tuner.shipped import find_config, shipped_configs
     from .config import ConfigError, describe
     from .loop import TrainingError, start_run
     from tuner.terminal import TerminalObserver, compile_errors
     if help_config:
         click.echo(describe())
+        click.echo(f"Shipped configurations (--config NAME; `tuner configs` lists them): "
+                   f"{', '.join(shipped_configs())}")
         return
     try:
         with sigterm_as_interrupt():
+            config_path = None if config_name is None else find_config(config_name)
             run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
                             observer=TerminalObserver())
             run.log(f"output: {run.out}")
@@ -61,6 +66,26 @@ def train_cmd(config_path, epochs, threads, out, resume, help_config):
     best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
             if run.best_epoch else "")
     click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")
+
+
+@click.command("configs")
+@click.argument("name", required=False)
+def configs_cmd(name):
+    """The configurations shipped with tuner (use one with `tuner train --config NAME`), or
+    the text of the configuration NAME, to start a configuration of your own from:
+
+    \b
+      tuner configs default > tune.toml
+    """
+    from tuner.shipped import config_summary, shipped_configs
+    shipped = shipped_configs()
+    if name is None:
+        for config, path in shipped.items():
+            click.echo(f"{config:<16}{config_summary(path)}")
+        return
+    if name not in shipped:
+        _fail(f"{name}: not a shipped configuration (shipped: {', '.join(shipped)})")
+    click.echo(shipped[name].read_text(encoding="utf-8"), nl=False)
 
 
 @click.command("bench")

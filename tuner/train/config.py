@@ -11,17 +11,13 @@ import hashlib
 import json
 import math
 import textwrap
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from .split import DEFAULT_BLOCK
 from .targets import LOSS_FORMS, MAX_FIT_POSITIONS
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 
 class ConfigError(ValueError):
@@ -105,7 +101,8 @@ NUM = (int, float)
 SCHEMA: dict[str, dict[str, Key]] = {
     "data": {
         "train": Key((list, str), None,
-                     "Datasets to train on: registry names (datasets/registry.toml) or Parquet "
+                     "Datasets to train on: registered names (looked up as `tuner data list "
+                     "--config` shows: the project's datasets/registry.toml first) or Parquet "
                      "paths (relative to the config file). Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
                                    "Share of the positions held out for the validation loss. "

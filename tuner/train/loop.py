@@ -37,6 +37,7 @@ import numpy as np
 
 from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
+from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
@@ -84,15 +85,18 @@ class Data:
     val_games: int = 0
 
 
+def find_data(cfg: Config) -> list[Resolved]:
+    """The files of ``[data] train`` (tuner.data.registry's lookup order; checksums checked)."""
+    return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
+
+
 def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
     """Load every dataset of ``[data] train`` and hold out whole games for validation."""
     d = cfg["data"]
     blend = cfg["loss"]["score_blend"] > 0
     positions, results, scores, games, sources = [], [], [], [], []
-    for name in d["train"]:
-        p = cfg.resolve_path(name)
-        target = str(p) if (p.suffix == ".parquet" or p.exists()) else name
-        ds = load_dataset(target, policy=d["policy"], with_game=True, need_scores=blend)
+    for found in find_data(cfg):
+        ds = load_dataset(found, policy=d["policy"], with_game=True, need_scores=blend)
         by = "games" if ds.game is not None else f"blocks of {d['split_block']:,} positions"
         log(f"data: {ds.source}: {len(ds):,} positions"
             + (f" ({ds.n_bad:,} bad rows skipped)" if ds.n_bad else "") + f"; split by {by}")
@@ -586,6 +590,7 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     # everything the config names is checked before anything is created
     run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
+    find_data(cfg)  # a missing dataset fails before the run directory exists
     run.created_dir = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

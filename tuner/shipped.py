@@ -1,0 +1,56 @@
+"""What ships inside the package: the training configurations, reachable by name, and the
+sample sets the default configuration trains on, with their registry.
+
+Both are package data (``tuner/configs/*.toml``, ``tuner/samples/``), so a wheel carries them
+and an installed copy finds them from any directory. Their location comes from
+``importlib.resources``: the package's own folder, wherever it is installed.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+CONFIG_SUFFIX = ".toml"
+#: The folder of the installed package (package data is read from real files: pyarrow and the
+#: configuration loader take paths).
+PACKAGE_DIR = Path(str(importlib.resources.files("tuner")))
+CONFIG_DIR = PACKAGE_DIR / "configs"
+#: The registry of the sample sets shipped with the package (paths relative to it).
+SAMPLES_REGISTRY = PACKAGE_DIR / "samples" / "registry.toml"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The shipped configurations by name (the file name without ``.toml``), sorted."""
+    return {p.stem: p for p in sorted(CONFIG_DIR.glob(f"*{CONFIG_SUFFIX}"))}
+
+
+def is_shipped_config(path: Path) -> bool:
+    """Whether ``path`` is one of the configurations shipped inside the package."""
+    return Path(path).resolve().parent == CONFIG_DIR.resolve()
+
+
+def config_summary(path: Path) -> str:
+    """One line on what a configuration does: evaluation, epochs and datasets."""
+    from tuner.train.config import load_config
+    cfg = load_config(path)
+    return (f"{cfg['evaluation']['name']}, {cfg['training']['epochs']} epochs on "
+            f"{', '.join(cfg['data']['train'])}")
+
+
+def find_config(name_or_path: str) -> Path:
+    """A configuration file: an existing path, else the shipped configuration of that name.
+
+    Raises ``ConfigError`` naming the value and the shipped names when it is neither.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    shipped = shipped_configs()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    from tuner.train.config import ConfigError
+    if path.is_dir():
+        raise ConfigError(f"{name_or_path}: is a directory, not a configuration file")
+    raise ConfigError(f"{name_or_path}: no such configuration file, and not a shipped "
+                      f"configuration (shipped: {', '.join(shipped) or 'none'}; "
+                      f"see `tuner configs`)")
