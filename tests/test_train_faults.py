@@ -33,7 +33,7 @@ from tuner.train.loop import CHECKPOINT, TrainingError, start_run
 from tuner.train.rundir import RUN_META, RunBusyError, RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "datasets" / "tiny.parquet"
+TINY = ROOT / "tuner" / "samples" / "tiny.parquet"
 TOML = f"""\
 [data]
 train = ["{TINY}"]
