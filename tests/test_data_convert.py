@@ -101,7 +101,7 @@ def test_empty_file(tmp_path, content):
 def test_all_lines_bad(tmp_path):
     src = tmp_path / "bad.txt"
     src.write_text(f"{START};x\n{START};y\n")
-    with pytest.raises(DatasetError, match="no valid positions.*nothing written") as e:
+    with pytest.raises(DatasetError, match="no valid positions.*no Parquet written") as e:
         convert_files([src], tmp_path / "o.parquet", fmt="clockwork")
     assert f"{src}:1:" in str(e.value) and f"{src}:2:" in str(e.value)
     assert only_output_files(tmp_path) == []

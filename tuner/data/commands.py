@@ -7,31 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-from contextlib import contextmanager
 
 import click
 
+from tuner.interrupt import exit_status, sigterm_as_interrupt
+
 FORMAT_CHOICES = ("auto", "clockwork", "bracket", "pipe", "epd")
 PROGRESS_MIN_BYTES = 16 << 20
-
-
-@contextmanager
-def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit so cleanup (temporary output file) runs."""
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not in the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @click.command("convert")
@@ -52,7 +35,9 @@ def _sigterm_as_exit():
 def convert_cmd(inputs, output, fmt, policy, progress):
     """Convert text files of labelled positions (INPUT...) into one Parquet file.
 
-    Bad lines are reported as file:line: reason. The output gets the columns fen (string),
+    Bad lines are reported as file:line: reason (the first 10; with more, every one is written
+    to OUTPUT.bad.txt). Binary inputs (a Parquet file, ...) are refused. The output gets the
+    columns fen (string),
     result (double, White's point of view) and, for the pipe format, score_cp (int32),
     zstd-compressed in row groups of 131,072 rows. Inputs may be gzip/zstd/bz2/lz4
     compressed (detected from their first bytes).
@@ -69,7 +54,7 @@ def convert_cmd(inputs, output, fmt, policy, progress):
     show = progress if progress is not None else (total >= PROGRESS_MIN_BYTES
                                                    and sys.stderr.isatty())
     try:
-        with _sigterm_as_exit():
+        with sigterm_as_interrupt():
             if show:
                 with click.progressbar(length=total, label="converting", file=sys.stderr,
                                        show_percent=True, show_eta=True) as bar:
@@ -79,6 +64,9 @@ def convert_cmd(inputs, output, fmt, policy, progress):
                 summary = convert_files(list(inputs), output, fmt, policy)
     except DatasetError as e:
         raise click.ClickException(str(e)) from e
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the partial output is already removed
+        click.echo(f"\ninterrupted; {output} was not written (an existing one is left as it was)", err=True)
+        sys.exit(exit_status(e))
     for msg in summary.messages:
         click.echo(msg, err=True)
     for fs in summary.files:

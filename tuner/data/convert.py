@@ -1,8 +1,8 @@
 """Text -> Parquet conversion (``tuner convert``)."""
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -13,17 +13,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import MAX_BAD_KEPT, DatasetError, format_bad_list
+from tuner.fileio import finish_temp, remove_stale_temps, temp_path_for
+from .errors import MAX_BAD_KEPT, SHOW_BAD, DatasetError, clip, format_bad_list
 from .fastscan import MODES as SCAN_MODES
 from .fastscan import scan_block
 from tuner.chess.fen import parse_fen_array
 from tuner.chess.status import status_text
-from .formats import DESCRIPTIONS, FORMATS, PARSERS, detect_format
+from .formats import DESCRIPTIONS, FORMATS, PARSERS, binary_kind, detect_format, not_text_hint
 from .schema import ROW_GROUP_ROWS, output_schema
 
 BLOCK_BYTES = 8 << 20
 DETECT_BYTES = 1 << 20
 DETECT_LINES = 200
+#: Every bad line goes to ``<output>`` + this when there are more than the messages show.
+REPORT_SUFFIX = ".bad.txt"
 
 
 @dataclass
@@ -44,6 +47,34 @@ class ConvertSummary:
     seconds: float = 0.0
     bytes_in: int = 0
     messages: list[str] = field(default_factory=list)  # notes and the bad-line report
+    report: "BadLineReport | None" = None  # every bad line, when there are many
+    report_path: Path | None = None  # where the report was kept (more than SHOW_BAD bad lines)
+
+
+class BadLineReport:
+    """Every bad line of a conversion (``file:line: reason``), streamed to a locked temporary
+    file beside the output; kept as ``<output>.bad.txt`` when there are more than the messages
+    show, discarded otherwise."""
+
+    def __init__(self, output: Path):
+        self.path = output.with_name(output.name + REPORT_SUFFIX)
+        fd, self.tmp = temp_path_for(self.path)
+        self.file = os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+
+    def add(self, line: str) -> None:
+        self.file.write(line + "\n")
+
+    def keep(self) -> Path:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        finish_temp(self.tmp, self.path)
+        self.file.close()
+        return self.path
+
+    def discard(self) -> None:
+        self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
 
 
 #: Compressed inputs, recognised by their magic bytes, decompressed on the fly by pyarrow.
@@ -65,8 +96,11 @@ def compression_of(path: Path) -> str | None:
 def open_input(path: Path):
     """(read(n) -> bytes, raw_position() -> int) for a plain or compressed text file.
     Decompression errors become DatasetError naming the file."""
-    comp = compression_of(path)
-    raw = open(path, "rb")
+    try:
+        comp = compression_of(path)
+        raw = open(path, "rb")
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read: {e.strerror}") from None
     try:
         if comp is None:
             yield raw.read, raw.tell
@@ -86,9 +120,12 @@ def open_input(path: Path):
 
 def _sample_lines(path: Path) -> tuple[list[str], bool]:
     """The first non-blank lines of ``path`` (for detection), and whether the file is empty
-    (no non-blank line at all)."""
+    (no non-blank line at all). A binary file (Parquet, ...) is a DatasetError saying so."""
     with open_input(path) as (read, _):
         head = read(DETECT_BYTES)
+        what = binary_kind(head)
+        if what is not None:
+            raise DatasetError(not_text_hint(path, what))
         if not head.strip():
             while block := read(BLOCK_BYTES):
                 if block.strip():
@@ -188,8 +225,13 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
     summary = ConvertSummary(out, 0, 0, [], [FileSummary(str(p), f) for p, f in
                                              zip(paths, formats)])
 
-    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
+    remove_stale_temps(out_dir, out.name)  # left by killed conversions
+    remove_stale_temps(out_dir, out.name + REPORT_SUFFIX)
+    try:
+        fd, tmp_name = temp_path_for(out)  # locked while written
+        summary.report = BadLineReport(out)
+    except OSError as e:
+        raise DatasetError(f"{output}: cannot write: {e.strerror}") from None
     tmp = Path(tmp_name)
     writer = None
     try:
@@ -227,52 +269,69 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
         summary.rows = sum(fs.rows for fs in summary.files)
         summary.n_bad = sum(fs.n_bad for fs in summary.files)
         if summary.n_bad and policy == "strict":
-            raise DatasetError(f"{summary.n_bad:,} bad line(s) (policy strict; nothing "
-                               f"written):\n" + format_bad_list(summary.bad, summary.n_bad))
+            raise DatasetError(f"{summary.n_bad:,} bad line(s) (policy strict; no Parquet "
+                               f"written):\n" + _bad_lines(summary))
         if summary.rows == 0:
             what = f" ({summary.n_bad:,} bad line(s))" if summary.n_bad else ""
-            raise DatasetError(f"no valid positions in the input{what}; nothing written"
-                               + ("\n" + format_bad_list(summary.bad, summary.n_bad)
-                                  if summary.n_bad else ""))
+            raise DatasetError(f"no valid positions in the input{what}; no Parquet written"
+                               + ("\n" + _bad_lines(summary) if summary.n_bad else ""))
         writer.close()
         writer = None
-        fd = os.open(tmp_name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, out)
-        try:  # make the rename durable
-            dfd = os.open(out_dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        os.fsync(fd)
+        finish_temp(tmp_name, out)
+        _settle_report(summary)
+    except OSError as e:  # disk full, read-only, ...: the input errors are DatasetErrors
+        _abandon(writer, tmp, summary)
+        raise DatasetError(f"{output}: cannot write: {e.strerror or e}") from None
     except BaseException:
-        if writer is not None:
-            try:
-                writer.close()
-            except Exception:
-                pass
-        tmp.unlink(missing_ok=True)
+        _abandon(writer, tmp, summary)
         raise
+    finally:
+        os.close(fd)
     summary.seconds = time.perf_counter() - t0
     if with_score and any(f != "pipe" for f in formats):
         summary.messages.append(
             "note: score_cp is null for the rows of files without scores (formats other than "
             "pipe); load_dataset keeps all rows but no scores unless need_scores=True")
     if summary.n_bad:
-        summary.messages.append(f"skipped {summary.n_bad:,} bad line(s):\n"
-                                + format_bad_list(summary.bad, summary.n_bad))
+        summary.messages.append(f"skipped {summary.n_bad:,} bad line(s):\n" + _bad_lines(summary))
     if log is not None:
         for msg in summary.messages:
             log(msg)
     return summary
+
+
+def _settle_report(summary: ConvertSummary) -> None:
+    """Keep the report of every bad line if the messages cannot show them all, else drop it
+    (and any older report of this output, which would now be stale)."""
+    report, summary.report = summary.report, None
+    if summary.n_bad > SHOW_BAD:
+        summary.report_path = report.keep()
+    else:
+        report.discard()
+        with contextlib.suppress(FileNotFoundError):
+            report.path.unlink()
+
+
+def _bad_lines(summary: ConvertSummary) -> str:
+    """The first bad lines, and where all of them are when they are too many to show."""
+    text = format_bad_list(summary.bad, summary.n_bad)
+    if summary.n_bad <= SHOW_BAD:
+        return text
+    if summary.report_path is None:  # failed conversions keep the report too
+        _settle_report(summary)
+    return text + f"\n  every bad line: {summary.report_path}"
+
+
+def _abandon(writer, tmp: Path, summary: ConvertSummary) -> None:
+    """Remove the partial output (and the report, unless it was kept)."""
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.close()
+    tmp.unlink(missing_ok=True)
+    if summary.report is not None:
+        summary.report.discard()
+        summary.report = None
 
 
 def _convert_block(raw: bytes, fmt: str, schema: pa.Schema, line_base: int,
@@ -316,6 +375,9 @@ def _convert_block(raw: bytes, fmt: str, schema: pa.Schema, line_base: int,
         bad.sort()
         fsum.n_bad += len(bad)
         room = MAX_BAD_KEPT - len(summary.bad)
-        for i, reason in bad[:max(room, 0)]:
-            summary.bad.append(f"{fsum.path}:{line_base + i + 1}: {reason}")
+        for k, (i, reason) in enumerate(bad):
+            line = f"{fsum.path}:{line_base + i + 1}: {clip(reason)}"
+            summary.report.add(line)
+            if k < room:
+                summary.bad.append(line)
     return table, n_lines

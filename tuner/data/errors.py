@@ -23,6 +23,15 @@ class BadRow(NamedTuple):
 MAX_BAD_KEPT = 10_000
 #: How many bad rows are shown in messages.
 SHOW_BAD = 10
+#: Longest reason (or quoted input) a message repeats; a 4 MB bad line is not echoed whole.
+MAX_QUOTE = 200
+
+
+def clip(text: str, limit: int = MAX_QUOTE) -> str:
+    """`text` cut to `limit` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def format_bad_list(items: list[str], total: int, show: int = SHOW_BAD) -> str:

@@ -140,3 +140,56 @@ def parse_epd(lines: list[str]) -> Parsed:
 #: Formats parsed here in Python; the others are scanned in compiled code by tuner.data.fastscan
 #: (tests/reference_formats.py holds plain-Python parsers of those, as the scanner's oracle).
 PARSERS = {"epd": parse_epd}
+
+
+def _epd_fen(line: str) -> str:
+    parts = line.split(None, 4)
+    if len(parts) < 4:
+        return line.strip()  # the FEN parser says what is missing
+    rest = parts[4] if len(parts) == 5 else ""
+    clocks = []
+    for rx, default in ((_EPD_HMVC, "0"), (_EPD_FMVN, "1")):
+        m = rx.search(rest)
+        clocks.append(m.group(1) if m is not None else default)
+    return " ".join(parts[:4] + clocks)
+
+
+#: The FEN of one line of each format, without its result (for ``tuner eval --file``); None:
+#: ``FEN`` or ``FEN;anything``.
+FEN_OF_LINE = {
+    None: lambda line: line.split(";", 1)[0].strip(),
+    "clockwork": lambda line: line.split(";", 1)[0].strip(),
+    "bracket": lambda line: re.sub(r"\[[^\[\]]*\]\s*$", "", line).strip(),
+    "pipe": lambda line: line.split("|", 1)[0].strip(),
+    "epd": _epd_fen,
+}
+
+#: Binary files recognised by their first bytes: magic -> what they are.
+_BINARY_MAGIC = ((b"PAR1", "a Parquet file"), (b"PK\x03\x04", "a zip archive (or .npz)"),
+                 (b"\x89PNG", "a PNG image"), (b"\x7fELF", "an executable"),
+                 (b"\x93NUMPY", "a numpy array file"))
+#: Share of control bytes (other than tab, CR, LF) from which a text is taken for binary data.
+BINARY_CONTROL_SHARE = 0.05
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What the first bytes of a file say it is if it is not text ("a Parquet file", "binary
+    data (...)"), or None for text."""
+    for magic, what in _BINARY_MAGIC:
+        if head.startswith(magic):
+            return what
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return f"binary data (a NUL byte at offset {nul})"
+    control = sum(head.count(bytes([c])) for c in range(32) if c not in (9, 10, 13))
+    if head and control > BINARY_CONTROL_SHARE * len(head):
+        return f"binary data ({control} control bytes in the first {len(head):,})"
+    return None
+
+
+def not_text_hint(path, what: str) -> str:
+    """The message for a binary input given where text is expected: what it is, what to do."""
+    hint = (f"; a Parquet dataset needs no conversion: name it in [data] train, or inspect it "
+            f"with `tuner data stats {path}`" if what == "a Parquet file" else "")
+    return (f"{path}: {what}, not text: expected one position a line "
+            f"({' / '.join(DESCRIPTIONS.values())}), plain or gzip/zstd/bz2/lz4-compressed{hint}")

@@ -17,11 +17,15 @@ the default; "clockwork-10d79e6", the engine's newest evaluation: sigmoid king s
 endgame scaling; "material"), a module path (mypkg.myeval) or a file (path/to/myeval.py) defining
 EVALUATION (see docs/evaluations.md).
 
-Positions come from FEN arguments (quote each FEN) and/or --file F, one position a line, either
-`FEN` or `FEN;anything` (the part after the first ';' is ignored; blank lines are skipped). Each
-valid position prints one line `FEN;<eval>` in input order. For Clockwork's evaluations <eval> is
-the engine's integer `evaluate_white_pov` (16-bit packed scores, C++ truncating divisions); for
-others, the evaluation recorded with every parameter rounded, rounded (see docs/evaluations.md).
+Positions come from FEN arguments (quote each FEN) and/or --file F: one position a line, either
+`FEN` or `FEN;anything` (the part after the first ';' is ignored), or any text format `tuner
+convert` reads (FEN [1.0], FEN | score | wdl, EPD; detected from the first lines, results
+ignored), plain or gzip/zstd/bz2/lz4-compressed; blank lines are skipped and lines end at LF
+(a CR before it is dropped). A Parquet dataset gives the FENs of its `fen` column (labelled
+F:row N, from 0); other binary files are refused. Each valid position prints one line
+`FEN;<eval>` in input order. For Clockwork's evaluations <eval> is the engine's integer
+`evaluate_white_pov` (16-bit packed scores, C++ truncating divisions); for others, the
+evaluation recorded with every parameter rounded, rounded (see docs/evaluations.md).
 
 With --params P.json (a parameter file of that evaluation in the registry's JSON schema, e.g. a
 tuned output) the integer eval is defined as the engine would compute it after rounding every
@@ -36,18 +40,55 @@ evaluation compiles it (Numba), which is said on stderr.
 """
 
 def _read_inputs(fens, file):
-    """[(label, fen)] in input order."""
+    """[(label, fen)] in input order: the FEN arguments, then the positions of `file` (see
+    EVAL_HELP). A file that cannot be used is a ClickException naming it."""
+    from pathlib import Path
+
+    from tuner.data.convert import DETECT_BYTES, DETECT_LINES, open_input
+    from tuner.data.errors import DatasetError
+    from tuner.data.formats import FEN_OF_LINE, binary_kind, detect_format, not_text_hint
+
     items = [(f"arg:{i}", f.strip()) for i, f in enumerate(fens, 1)]
-    if file is not None:
-        name = "<stdin>" if file == "-" else file
-        stream = click.open_file(file, "r", encoding="utf-8", errors="surrogateescape")
-        with stream:
-            for lineno, line in enumerate(stream, 1):
-                fen = line.split(";", 1)[0].strip()
-                if not fen and ";" not in line:
-                    continue  # blank line
-                items.append((f"{name}:{lineno}", fen))
+    if file is None:
+        return items
+    name = "<stdin>" if file == "-" else file
+    try:
+        if file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open_input(Path(file)) as (read, _):
+                data = b"".join(iter(lambda: read(1 << 24), b""))
+    except DatasetError as e:
+        raise click.ClickException(str(e))
+    what = binary_kind(data[:DETECT_BYTES])
+    if what == "a Parquet file" and file != "-":
+        return items + _parquet_fens(file)
+    if what is not None:
+        raise click.ClickException(not_text_hint(name, what))
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    text = [ln.removesuffix(b"\r").decode("utf-8", "surrogateescape") for ln in lines]
+    fmt, _ = detect_format([t for t in text[:DETECT_LINES] if t.strip()])
+    fen_of = FEN_OF_LINE[fmt]
+    items.extend((f"{name}:{lineno}", fen_of(line)) for lineno, line in enumerate(text, 1)
+                 if line.strip())
     return items
+
+
+def _parquet_fens(path: str) -> list:
+    """[(label, fen)] of the ``fen`` column of a Parquet file (nulls as empty FENs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["fen"]).column("fen")
+    except (pa.ArrowException, OSError, KeyError) as e:
+        raise click.ClickException(f"{path}: a Parquet file whose fen column cannot be read "
+                                   f"({e})")
+    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+        raise click.ClickException(f"{path}: the fen column holds {column.type}, not strings")
+    return [(f"{path}:row {i}", fen or "") for i, fen in enumerate(column.to_pylist())]
 
 
 def _parse_all(items):
@@ -97,12 +138,14 @@ def _evaluation(spec: str):
 
 def _read_params(path: str, evaluation):
     """The registry of parameter file `path`, checked against `evaluation` (if given)."""
-    from .registry import ParamRegistry
+    from .registry import ParamFileError, ParamRegistry
 
     try:
         reg = ParamRegistry.from_json(path)
         if evaluation is not None:
             evaluation.check_params(reg)
+    except ParamFileError as e:  # names the file and the entry
+        raise click.ClickException(str(e))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise click.ClickException(f"{path}: {e}")
     return reg
@@ -130,6 +173,8 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
 
+    from tuner.data.errors import clip
+
     ev = _evaluation(evaluation)
     reg = ev.registry if params is None else _read_params(params, ev)
     out = []
@@ -137,7 +182,7 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
             compile_errors(ev.name):
         positions, ok, errors = _parse_all(items)
         for _, label, reason in errors:
-            click.echo(f"{label}: {reason}", err=True)
+            click.echo(f"{label}: {clip(reason)}", err=True)
         ie = ev.evaluate_positions(positions, reg)[0] if ok else []
         for k, i in enumerate(ok):
             fen = items[i][1]

@@ -38,6 +38,74 @@ _ENTRY_KEYS = ("name", "kind", "shape", "offset", "values", "constant")
 PAIR = "pair"
 VALUE = "value"
 KINDS = (PAIR, VALUE)
+#: Largest magnitude a parameter file may hold: rounded, it still fits a 64-bit integer (the
+#: trainer stops a run long before, at +-1e9).
+MAX_PARAM_MAGNITUDE = 1e18
+#: Largest number of entries of one parameter group.
+MAX_GROUP_ENTRIES = 1 << 20
+
+
+class ParamFileError(ValueError):
+    """A parameter file that cannot be used; the message names the file and the entry."""
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _number_error(x) -> str | None:
+    """Why `x` is not a usable parameter value (None if it is)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return f"must be a number, got {json.dumps(x)[:40]}"
+    if not math.isfinite(x):
+        return f"must be finite, got {x}"
+    if abs(x) > MAX_PARAM_MAGNITUDE:
+        return f"must be within +-{MAX_PARAM_MAGNITUDE:g}, got {x:g}"
+    return None
+
+
+def check_entry(p, where: str) -> None:
+    """ValueError naming `where` (e.g. ``params[3] (PAWN_MAT)``) and the field if the JSON
+    entry `p` is not a well-formed parameter group."""
+    if not isinstance(p, dict):
+        raise ValueError(f"{where}: must be an object, got {type(p).__name__}")
+    for key in ("name", "shape", "offset", "values"):
+        if key not in p:
+            raise ValueError(f"{where}: missing {key!r}")
+    if not isinstance(p["name"], str) or not p["name"]:
+        raise ValueError(f"{where}.name: must be a non-empty string")
+    shape = p["shape"]
+    if not isinstance(shape, list) or not all(_is_int(k) and k >= 0 for k in shape):
+        raise ValueError(f"{where}.shape: must be a list of integers >= 0, got "
+                         f"{json.dumps(shape)[:40]}")
+    size = math.prod(shape)
+    if size > MAX_GROUP_ENTRIES:
+        raise ValueError(f"{where}.shape: {size:,} entries, at most {MAX_GROUP_ENTRIES:,}")
+    if not _is_int(p["offset"]) or p["offset"] < 0:
+        raise ValueError(f"{where}.offset: must be an integer >= 0")
+    kind = p.get("kind", PAIR)
+    if kind not in KINDS:
+        raise ValueError(f"{where}.kind: {kind!r}, expected one of {KINDS}")
+    values = p["values"]
+    if not isinstance(values, list) or len(values) != size:
+        raise ValueError(f"{where}.values: must be a list of {size} entries for shape "
+                         f"{tuple(shape)}")
+    for j, v in enumerate(values):
+        if kind == PAIR:
+            if not isinstance(v, list) or len(v) != 2:
+                raise ValueError(f"{where}.values[{j}]: every value of a pair must be an "
+                                 f"[mg, eg] pair")
+            items = ((f"{where}.values[{j}][{h}]", x) for h, x in enumerate(v))
+        else:
+            items = ((f"{where}.values[{j}]", v),)
+        for at, x in items:
+            err = _number_error(x)
+            if err:
+                raise ValueError(f"{at}: {err}")
+    const = p.get("constant", [False] * size)
+    if not isinstance(const, list) or len(const) != size or \
+            not all(isinstance(c, bool) for c in const):
+        raise ValueError(f"{where}.constant: must be a list of {size} booleans")
 
 
 @dataclass(frozen=True)
@@ -188,6 +256,13 @@ class ParamRegistry:
     # ------------------------------------------------------------------ JSON I/O
     @classmethod
     def from_dict(cls, d: dict) -> "ParamRegistry":
+        """A registry from the JSON schema; ValueError naming the entry and field if `d` is not
+        one (every value a finite number within +-MAX_PARAM_MAGNITUDE)."""
+        if not isinstance(d, dict) or not isinstance(d.get("params"), list):
+            raise ValueError("not a parameter file: expected an object with a \"params\" list")
+        for i, p in enumerate(d["params"]):
+            check_entry(p, f"params[{i}]" + (f" ({p['name']})" if isinstance(p, dict)
+                                              and isinstance(p.get("name"), str) else ""))
         groups = []
         vals = {PAIR: [], VALUE: []}
         for p in d["params"]:
@@ -223,8 +298,19 @@ class ParamRegistry:
 
     @classmethod
     def from_json(cls, path) -> "ParamRegistry":
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """Read a parameter file; ParamFileError naming the file and what is wrong with it (not
+        JSON, not text, an entry out of range, ...). A missing file is a FileNotFoundError."""
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            d = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+            return cls.from_dict(d)
+        except UnicodeDecodeError as e:
+            raise ParamFileError(f"{path}: not a text file (byte {e.start} is not UTF-8)") from None
+        except json.JSONDecodeError as e:
+            raise ParamFileError(f"{path}: not JSON: {e}") from None
+        except ValueError as e:
+            raise ParamFileError(f"{path}: {e}") from None
 
     def to_dict(self, values=None, value_values=None) -> dict:
         v = self.defaults if values is None else self.check_values(values)
@@ -293,6 +379,10 @@ class ParamRegistry:
         if path is not None:
             atomic_write(path, text)
         return text
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a parameter may hold")
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

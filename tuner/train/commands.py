@@ -5,6 +5,10 @@ import sys
 
 import click
 
+from tuner.interrupt import exit_status, sigterm_as_interrupt
+
+from .config import MAX_EPOCHS, MAX_THREADS
+
 
 def _fail(e: Exception | str) -> None:
     click.echo(f"error: {e}", err=True)
@@ -15,9 +19,10 @@ def _fail(e: Exception | str) -> None:
 @click.option("--config", "config_name", metavar="CONFIG",
               help="TOML configuration file, or the name of a shipped one (`tuner configs`; "
                    "keys: --help-config). Required unless --resume.")
-@click.option("--epochs", type=click.IntRange(min=1),
-              help="Train until this many epochs are done (overrides [training] epochs).")
-@click.option("--threads", type=click.IntRange(min=0),
+@click.option("--epochs", type=click.IntRange(min=1, max=MAX_EPOCHS),
+              help="Train until this many epochs are done (overrides [training] epochs; on "
+                   "--resume, default: the epochs the run was started or last resumed with).")
+@click.option("--threads", type=click.IntRange(min=0, max=MAX_THREADS),
               help="Worker threads, 0 = all cores (overrides [training] threads). "
                    "The result is bitwise identical for any value.")
 @click.option("--out", type=click.Path(file_okay=False),
@@ -31,6 +36,8 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
 
     Writes, in the output directory: train.log (one line per epoch), checkpoint.npz (after every
     epoch, atomically), params.json and params.hpp (current parameters), loss.csv and loss.png.
+    One process at a time trains in a directory; --resume first brings the outputs up to date
+    with the checkpoint. SIGTERM stops like Ctrl-C, keeping the last completed epoch.
     """
     from tuner.data import DatasetError
     from tuner.shipped import find_config, shipped_configs
@@ -43,17 +50,19 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
                    f"{', '.join(shipped_configs())}")
         return
     try:
-        config_path = None if config_name is None else find_config(config_name)
-        run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
-                        observer=TerminalObserver())
-        run.log(f"output: {run.out}")
-        with compile_errors(run.evaluation.name):
-            run.run()
-    except (ConfigError, DatasetError, TrainingError) as e:
+        with sigterm_as_interrupt():
+            config_path = None if config_name is None else find_config(config_name)
+            run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
+                            observer=TerminalObserver())
+            run.log(f"output: {run.out}")
+            with compile_errors(run.evaluation.name):
+                run.run()
+    except (ConfigError, DatasetError, TrainingError, OSError) as e:  # OSError: disk full ...
         _fail(e)
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted; the last checkpoint is kept (resume with --resume)", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
+        click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume "
+                   "with --resume DIR)", err=True)
+        sys.exit(exit_status(e))
     best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
             if run.best_epoch else "")
     click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")

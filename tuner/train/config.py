@@ -34,22 +34,49 @@ class Key:
     check: Callable[[Any], str | None] | None = None  # returns an error text, or None if fine
 
 
-def _positive(x):
-    return None if x > 0 else "must be > 0"
+#: Bounds of the numbers a configuration may hold: beyond them a run cannot be allocated, would
+#: not end in any useful time, or learns nothing (see `tuner train --help-config`).
+MAX_EPOCHS = 1_000_000
+MAX_BATCH = 1 << 26            # positions per optimiser step (67,108,864)
+MAX_MICRO_BATCH = 1 << 16      # positions per tape (65,536): a tape per thread is allocated
+MAX_THREADS = 256
+MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are 64-bit
+#: K of sigmoid(K * eval), eval in centipawns: below K_MIN a 10,000 cp evaluation moves the
+#: prediction by less than 0.25 %, above K_MAX one centipawn decides it.
+K_MIN, K_MAX = 1e-5, 1.0
+#: Largest magnitude of a learning rate, weight decay or initial parameter.
+MAX_MAGNITUDE = 1e9
 
 
-def _non_negative(x):
-    return None if x >= 0 else "must be >= 0"
+def _between(lo, hi, *, lo_open: bool = False, hi_open: bool = False):
+    """A check that a number lies in lo..hi (open ends excluded)."""
+    def check(x):
+        ok = (lo < x if lo_open else lo <= x) and (x < hi if hi_open else x <= hi)
+        if not ok and hi == math.inf:
+            return f"must be {'>' if lo_open else '>='} {_num(lo)}"
+        return None if ok else (f"must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}"
+                                f"{')' if hi_open else ']'}")
+    return check
 
 
-def _fraction(x):
-    return None if 0 <= x < 1 else "must be in [0, 1)"
+def _num(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+_positive = _between(0, MAX_MAGNITUDE, lo_open=True)
+#: A learning rate may be absurdly large (the run then stops as diverged), never 0 or NaN.
+_rate = _between(0, math.inf, lo_open=True)
+_non_negative = _between(0, MAX_MAGNITUDE)
+_fraction = _between(0, 1, hi_open=True)
+_seed = _between(0, MAX_SEED)
+_epochs = _between(1, MAX_EPOCHS)
+_epoch = _between(0, MAX_EPOCHS)
 
 
 def _k_value(x):
     if isinstance(x, str):
-        return None if x == "fit" else "must be a number > 0 or \"fit\""
-    return _positive(x)
+        return None if x == "fit" else "must be a number or \"fit\""
+    return _between(K_MIN, K_MAX)(x)
 
 
 def _at_least_one(x):
@@ -85,7 +112,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                    "its parameters can get worse on games it never saw while "
                                    "the validation loss says they got better.", _fraction),
         "split_seed": Key((int,), 1, "Seed of the train/validation split (which games are held "
-                          "out)."),
+                          "out; >= 0).", _seed),
         "split_block": Key((int,), DEFAULT_BLOCK,
                            "For a dataset without a 'game' column: the validation split holds "
                            "out blocks of this many consecutive positions (file order keeps a "
@@ -101,8 +128,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     "'random' (uniform in random_center +- random_range) or a parameter JSON "
                     "file (relative to the config file). Constants always keep their defaults."),
         "random_range": Key(NUM, 100.0, "Half-width of the 'random' initialisation.", _positive),
-        "random_center": Key(NUM, 0.0, "Centre of the 'random' initialisation."),
-        "random_seed": Key((int,), 0, "Seed of the 'random' initialisation."),
+        "random_center": Key(NUM, 0.0, "Centre of the 'random' initialisation.",
+                             _between(-MAX_MAGNITUDE, MAX_MAGNITUDE)),
+        "random_seed": Key((int,), 0, "Seed of the 'random' initialisation (>= 0).", _seed),
     },
     "loss": {
         "k": Key((int, float, str), 1 / 400,
@@ -110,7 +138,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                  "K minimising the mean squared error of the starting parameters against the game "
                  f"results on the training positions (at most {MAX_FIT_POSITIONS:,}, evenly "
                  "spaced); it is logged and kept in the checkpoint. Needs starting parameters "
-                 "that tell positions apart (not init \"zero\").", _k_value),
+                 "that tell positions apart (not init \"zero\"). A number must lie in "
+                 f"[{K_MIN:g}, {K_MAX:g}]: beyond, sigmoid(K * eval) cannot learn.", _k_value),
         "function": Key((str,), "mse",
                         "'mse': the mean squared error (prediction - target)^2 (Texel's); "
                         "'cross_entropy': -(target log p + (1 - target) log(1 - p)).",
@@ -123,10 +152,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "optimizer": {
         "name": Key((str,), "adamw", "'adamw' or 'sgd' (with momentum).", _one_of("adamw", "sgd")),
-        "lr": Key(NUM, 10.0, "Base learning rate (the schedule scales it).", _positive),
+        "lr": Key(NUM, 10.0, "Base learning rate (the schedule scales it).", _rate),
         "beta1": Key(NUM, 0.9, "AdamW first-moment decay.", _fraction),
         "beta2": Key(NUM, 0.999, "AdamW second-moment decay.", _fraction),
-        "eps": Key(NUM, 1e-8, "AdamW denominator epsilon.", _positive),
+        "eps": Key(NUM, 1e-8, "AdamW denominator epsilon.", _between(0, 1, lo_open=True)),
         "weight_decay": Key(NUM, 0.0, "Decoupled weight decay (per unit learning rate).",
                             _non_negative),
         "momentum": Key(NUM, 0.9, "SGD momentum.", _fraction),
@@ -138,11 +167,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     "from the first epoch on, each decaying geometrically from lr_start to "
                     "lr_end over its epochs; the last segment's lr_end holds afterwards).",
                     _one_of("constant", "exponential", "piecewise")),
-        "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule.", _positive),
+        "gamma": Key(NUM, 0.91, "Decay factor per epoch of the 'exponential' schedule, in (0, 1].",
+                     _between(0, 1, lo_open=True)),
         "decay_from_epoch": Key((int,), 6, "Last epoch (0-based) at the base rate for "
                                 "'exponential': the log's epochs 1..decay_from_epoch + 1 run at "
                                 "lr, its epoch n after them at lr * gamma^(n - 1 - "
-                                "decay_from_epoch).", _non_negative),
+                                "decay_from_epoch).", _epoch),
         "segments": Key((list,), [], "'piecewise' segments: [[schedule.segments]] tables with "
                         "epochs (int > 0), lr_start and lr_end (> 0)."),
     },
@@ -155,18 +185,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "stage, everything moves. Constant parameters never move."),
     },
     "training": {
-        "epochs": Key((int,), 10, "Number of epochs.", _positive),
-        "batch_size": Key((int,), 262_144, "Positions per optimiser step.", _positive),
+        "epochs": Key((int,), 10, f"Number of epochs (at most {MAX_EPOCHS:,}).", _epochs),
+        "batch_size": Key((int,), 262_144, f"Positions per optimiser step (at most "
+                          f"{MAX_BATCH:,}).", _between(1, MAX_BATCH)),
         "micro_batch_size": Key((int,), 1024, "Positions recorded on a tape at once; also the "
-                                "unit of the deterministic gradient reduction.", _positive),
-        "threads": Key((int,), 0, "Worker threads (0 = all cores). Results do not depend on it.",
-                       _non_negative),
-        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle."),
+                                f"unit of the deterministic gradient reduction (at most "
+                                f"{MAX_MICRO_BATCH:,}).", _between(1, MAX_MICRO_BATCH)),
+        "threads": Key((int,), 0, f"Worker threads (0 = all cores; at most {MAX_THREADS}). "
+                       "Results do not depend on it.", _between(0, MAX_THREADS)),
+        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle (>= 0).", _seed),
         "patience": Key((int,), 0,
                         "Early stopping: stop once the validation loss has not improved on its "
                         "best for this many epochs (0: run every epoch). The best epoch's "
                         "parameters are kept as best.json / best.hpp either way.",
-                        _non_negative),
+                        _epoch),
         "store_cache": Key((str,), "",
                            "Folder (relative to the config file) where the replay store is kept "
                            "between runs: written once, keyed by a digest of the positions, "
@@ -290,8 +322,10 @@ def validate(raw: dict, where: str = "config") -> Config:
     sched["segments"] = _check_table_list(f"{where}: [schedule] segments", sched["segments"],
                                           SEGMENT_KEYS, set(SEGMENT_KEYS))
     for i, seg in enumerate(sched["segments"]):
-        if seg["epochs"] <= 0 or seg["lr_start"] <= 0 or seg["lr_end"] <= 0:
-            _fail(f"{where}: [schedule] segments[{i}]", "epochs, lr_start and lr_end must be > 0")
+        for k, check in (("epochs", _epochs), ("lr_start", _rate), ("lr_end", _rate)):
+            err = check(seg[k])  # a NaN fails every comparison, so every range check
+            if err:
+                _fail(f"{where}: [schedule] segments[{i}].{k}", f"{err}, got {seg[k]!r}")
     if sched["type"] == "piecewise" and not sched["segments"]:
         _fail(f"{where}: [schedule]", "type 'piecewise' needs at least one [[schedule.segments]]")
     stages = _check_table_list(f"{where}: [freeze] stages", values["freeze"]["stages"],
@@ -301,6 +335,9 @@ def validate(raw: dict, where: str = "config") -> Config:
             if k in st and _str_list(st[k]):
                 _fail(f"{where}: [freeze] stages[{i}].{k}", "must be a list of strings")
         st.setdefault("exclude", [])
+        err = _epoch(st["from_epoch"])
+        if err:
+            _fail(f"{where}: [freeze] stages[{i}].from_epoch", f"{err}, got {st['from_epoch']!r}")
     if [s["from_epoch"] for s in stages] != sorted({s["from_epoch"] for s in stages}):
         _fail(f"{where}: [freeze] stages", "from_epoch values must be distinct and increasing")
     values["freeze"]["stages"] = stages
@@ -314,11 +351,16 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a TOML configuration file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such configuration file") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not a text file (byte {e.start} is not UTF-8); a configuration "
+                          f"is a TOML text file") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -17,15 +17,16 @@ The validation positions are whole games (`tuner.train.split`). A run ends by co
 the loss of the engine's integer evaluation with the best parameters against the starting
 parameters: the check an engine author would make with ``tuner eval``.
 
-Resuming from the checkpoint continues bit for bit as if the run had never stopped.
+Resuming from the checkpoint continues bit for bit as if the run had never stopped, and first
+brings the outputs up to date with it (a kill between the checkpoint and the outputs leaves them
+an epoch behind). One process at a time trains in a directory (tuner/train/rundir.py); every
+array of a checkpoint is checked before it is used (tuner/train/checkpoint.py).
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
-from tuner.fileio import atomic_write
+from tuner.fileio import WriteError, atomic_write, remove_stale_temps
+from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .plot import write_loss_plot
@@ -49,6 +51,8 @@ from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, ms
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
 from .heldout import default_theta, integer_evals
+from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
+                     write_meta)
 from .warmup import warm_positions, warm_up
 from .workers import Workers, continuous_evals, resolve_threads, split_params
 
@@ -56,6 +60,10 @@ CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
 MAX_PARAM = 1e9
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
+add_history(HISTORY_FIELDS)
+#: What `start_run` creates in a new run directory (removed again if the run fails before its
+#: first checkpoint).
+NEW_RUN_FILES = ("config.toml", RUN_META, "train.log")
 
 
 class TrainingError(RuntimeError):
@@ -133,8 +141,10 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
         except FileNotFoundError:
             raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
                               f"'zero', 'default' or 'random')") from None
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-            raise ConfigError(f"[evaluation] init: {path} is not a parameter file: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"[evaluation] init: cannot read {path}: {e.strerror}") from None
+        except ValueError as e:  # ParamFileError: names the file and the entry
+            raise ConfigError(f"[evaluation] init: {e}") from None
         if (loaded.names != registry.names or loaded.n_params != n
                 or loaded.n_values != n_values):
             raise ConfigError(f"[evaluation] init: {path} does not hold the parameters of "
@@ -182,6 +192,9 @@ class Run:
         self.epoch = 0
         self.rng = np.random.default_rng(tr["shuffle_seed"])
         self.history = {f: [] for f in HISTORY_FIELDS}
+        self.lock = RunLock(self.out)
+        self.discard_on_failure = False  # a new run: undo its start if no epoch completes
+        self.created_dir = False
 
     @property
     def params(self) -> np.ndarray:
@@ -196,8 +209,12 @@ class Run:
     # -- logging and files -------------------------------------------------------------------
     def log(self, line: str) -> None:
         self.log_fn(line)
-        with open(self.out / "train.log", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        path = self.out / "train.log"
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            raise WriteError(path, e) from None
 
     def save_checkpoint(self) -> None:
         state = dict(theta=self.theta, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
@@ -205,47 +222,33 @@ class Run:
                      best_val=self.best_val,
                      rng=json.dumps(self.rng.bit_generator.state),
                      digest=self.cfg.digest(), evaluation=self.evaluation.name,
+                     config=json.dumps(self.cfg.values, sort_keys=True),
                      **{f"history_{k}": np.array(v, dtype=np.float64)
                         for k, v in self.history.items()})
-
-        buf = io.BytesIO()
-        np.savez(buf, **state)
-        atomic_write(self.out / CHECKPOINT, buf.getvalue())
+        write_checkpoint(self.out / CHECKPOINT, state)
 
     def load_checkpoint(self) -> None:
         path = self.out / CHECKPOINT
         if not path.exists():
             raise TrainingError(f"{self.out}: no {CHECKPOINT} to resume from")
+        expect = Expect(len(self.theta), self.evaluation.name, MAX_PARAM, self.cfg.digest(),
+                        json.loads(json.dumps(self.cfg.values)))
         try:
-            with np.load(path) as z:
-                if str(z["digest"]) != self.cfg.digest():
-                    raise TrainingError(
-                        f"{path}: the checkpoint was made with a different configuration "
-                        f"(digest {z['digest']} vs {self.cfg.digest()}); only [training] epochs, "
-                        f"threads and mode may change on resume")
-                size = len(self.theta)
-                missing = {"k", "best_theta", "best_epoch", "best_val"} - set(z.files)
-                if missing:
-                    raise TrainingError(f"{path}: made by an older version of the tuner (no "
-                                        f"{', '.join(sorted(missing))}); start a new run")
-                for key in ("theta", "m", "v", "best_theta"):
-                    if z[key].shape != (size,) or z[key].dtype != np.float64:
-                        raise TrainingError(
-                            f"{path}: {key} has shape {z[key].shape} ({z[key].dtype}), this "
-                            f"evaluation needs ({size},) float64: the checkpoint was made for "
-                            f"other parameters")
-                self.theta = np.array(z["theta"])
-                self.m, self.v = np.array(z["m"]), np.array(z["v"])
-                self.step, self.epoch = int(z["step"]), int(z["epoch"])
-                self.k = float(z["k"])
-                self.best_theta = np.array(z["best_theta"])
-                self.best_epoch, self.best_val = int(z["best_epoch"]), float(z["best_val"])
-                self.rng.bit_generator.state = json.loads(str(z["rng"]))
-                self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
-        except TrainingError:
-            raise
-        except Exception as e:  # a damaged file fails in zipfile, numpy or json, in many ways
-            raise TrainingError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+            z = read_checkpoint(path, expect)
+        except CheckpointError as e:
+            raise TrainingError(str(e)) from None
+        try:
+            self.rng.bit_generator.state = json.loads(str(z["rng"]))
+        except (TypeError, ValueError, KeyError) as e:
+            raise TrainingError(f"{path}: rng is not a state of the shuffle generator "
+                                f"({type(e).__name__}: {e})") from None
+        self.theta = z["theta"]
+        self.m, self.v = z["m"], z["v"]
+        self.step, self.epoch = int(z["step"]), int(z["epoch"])
+        self.k = float(z["k"])
+        self.best_theta = z["best_theta"]
+        self.best_epoch, self.best_val = int(z["best_epoch"]), float(z["best_val"])
+        self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
 
     def write_params(self, stem: str = "params", theta: np.ndarray | None = None,
                      note: dict | None = None) -> None:
@@ -417,13 +420,47 @@ class Run:
         self.best_theta = self.theta.copy()
         return True
 
+    def write_best(self) -> None:
+        """best.json and best.hpp: the parameters of the best validation epoch."""
+        self.write_params("best", self.best_theta,
+                          note={"best_epoch": self.best_epoch, "validation_loss": self.best_val})
+
+    def refresh_outputs(self) -> None:
+        """params.* and best.* from the state (on resume: a kill after the checkpoint may have
+        left them an epoch behind it)."""
+        self.write_params()
+        if self.best_epoch:
+            self.write_best()
+
     def stop_early(self) -> bool:
         """Whether ``[training] patience`` epochs have passed without a better validation loss."""
         patience = self.cfg["training"]["patience"]
         return patience > 0 and self.best_epoch > 0 and self.epoch - self.best_epoch >= patience
 
     def run(self, data: Data | None = None) -> dict:
-        """Train from the current epoch to `self.epochs`; returns the final history."""
+        """Train from the current epoch to `self.epochs` in the locked run directory; returns the
+        final history."""
+        _lock(self)
+        try:
+            if self.epoch >= self.epochs or self.stop_early():
+                self.write_history()
+                why = ("stopped early" if self.epoch < self.epochs else "at epoch "
+                       f"{self.epoch} of {self.epochs}")
+                self.log(f"nothing to train: the run is {why} (epoch {self.epoch}, best "
+                         f"{self.best_epoch}); its outputs are up to date with {CHECKPOINT}"
+                         + ("" if self.epoch < self.epochs else
+                            f" (give --epochs N with N > {self.epoch} to train further)"))
+                return self.history
+            return self.train(data)
+        except BaseException:
+            if self.discard_on_failure and not (self.out / CHECKPOINT).exists():
+                discard_new_run(self.out, self.created_dir, NEW_RUN_FILES)
+            raise
+        finally:
+            self.lock.release()
+
+    def train(self, data: Data | None = None) -> dict:
+        """The epochs from the current one to `self.epochs`."""
         compiling = CompileWatch()  # every kernel warms before anything is timed
         with watch_compilation(self.observer.compile_start, compiling):
             warm = warm_positions()
@@ -478,9 +515,7 @@ class Run:
                 self.save_checkpoint()
                 self.write_params()
                 if best:
-                    self.write_params("best", self.best_theta,
-                                      note={"best_epoch": self.best_epoch,
-                                            "validation_loss": self.best_val})
+                    self.write_best()
                 self.observer.epoch_done(stats)
                 self.log(f"epoch {stats['epoch']:4d}/{self.epochs}  train {stats['train_loss']:.6f}"
                          f"  val {'-' if math.isnan(val) else format(val, '.6f')}"
@@ -522,29 +557,66 @@ class Run:
 def start_run(config_path: str | None, out: str | None, resume: str | None,
               epochs: int | None, threads: int | None, log=lambda line: None,
               observer: Observer | None = None) -> Run:
-    """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`)."""
+    """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`), holding the lock of
+    its directory. Without `epochs`, a resumed run trains to the epochs it was started (or last
+    resumed) with."""
     if resume is not None:
         out_dir = Path(resume)
+        try:
+            meta = read_meta(out_dir)
+        except RunMetaError as e:
+            raise TrainingError(str(e)) from None
         cfg = load_config(config_path if config_path is not None else out_dir / "config.toml")
-        if config_path is None:  # relative paths in the copy mean what they meant originally
-            meta = out_dir / "run.json"
-            if meta.exists():
-                cfg.path = Path(json.loads(meta.read_text())["config"])
-        run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
-        run.load_checkpoint()
-        run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}")
+        if config_path is None and "config" in meta:
+            # relative paths in the copy mean what they meant originally
+            cfg.path = Path(meta["config"])
+        target = epochs if epochs is not None else meta.get("epochs")
+        run = Run(cfg, out_dir, threads=threads, epochs=target, log=log, observer=observer)
+        try:
+            _lock(run)
+            remove_stale_temps(out_dir)
+            run.load_checkpoint()
+            run.refresh_outputs()
+            if meta.get("epochs") != run.epochs:
+                write_meta(out_dir, epochs=run.epochs)
+            run.log(f"resumed from {out_dir / CHECKPOINT} after epoch {run.epoch}, training to "
+                    f"epoch {run.epochs}")
+        except BaseException:
+            run.lock.release()
+            raise
         return run
     if config_path is None:
         raise ConfigError("--config is required (or --resume DIR)")
     cfg = load_config(config_path)
     out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (out_dir / CHECKPOINT).exists():
-        raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to continue "
-                            f"it, or choose another --out")
+    # everything the config names is checked before anything is created
     run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
     find_data(cfg)  # a missing dataset fails before the run directory exists
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(config_path, out_dir / "config.toml")
-    (out_dir / "run.json").write_text(json.dumps({"config": str(cfg.path)}), encoding="utf-8")
-    (out_dir / "train.log").write_text("", encoding="utf-8")
+    run.created_dir = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteError(out_dir, e) from None
+    _lock(run)  # refused: the directory is another process's, leave it alone
+    try:
+        if (out_dir / CHECKPOINT).exists():
+            raise TrainingError(f"{out_dir} already holds a run; use --resume {out_dir} to "
+                                f"continue it, or choose another --out")
+        run.discard_on_failure = True
+        remove_stale_temps(out_dir)
+        atomic_write(out_dir / "config.toml", Path(config_path).read_bytes())
+        atomic_write(out_dir / RUN_META, json.dumps({"config": str(cfg.path),
+                                                     "epochs": run.epochs}))
+        atomic_write(out_dir / "train.log", "")
+    except BaseException:
+        discard_new_run(out_dir, run.created_dir, NEW_RUN_FILES if run.discard_on_failure else ())
+        run.lock.release()
+        raise
     return run
+
+
+def _lock(run: Run) -> None:
+    try:
+        run.lock.acquire()
+    except RunBusyError as e:
+        raise TrainingError(str(e)) from None
