@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .split import DEFAULT_BLOCK
-from .targets import LOSS_FORMS, MAX_FIT_POSITIONS
+from .targets import K_MAX, K_MIN, LOSS_FORMS, MAX_FIT_POSITIONS
 
 
 class ConfigError(ValueError):
@@ -41,9 +41,6 @@ MAX_BATCH = 1 << 26            # positions per optimiser step (67,108,864)
 MAX_MICRO_BATCH = 1 << 16      # positions per tape (65,536): a tape per thread is allocated
 MAX_THREADS = 256
 MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are 64-bit
-#: K of sigmoid(K * eval), eval in centipawns: below K_MIN a 10,000 cp evaluation moves the
-#: prediction by less than 0.25 %, above K_MAX one centipawn decides it.
-K_MIN, K_MAX = 1e-5, 1.0
 #: Largest magnitude of a learning rate, weight decay or initial parameter.
 MAX_MAGNITUDE = 1e9
 

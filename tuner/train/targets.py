@@ -20,8 +20,10 @@ from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT
 
 #: ``[loss] function`` -> the loss record of each position.
 LOSS_FORMS = {"mse": F_SIGMOID_SQ_ERR, "cross_entropy": F_SIGMOID_XENT}
-#: The K a fit may choose: a grid of GRID_PER_DECADE points per decade over this range.
-K_MIN, K_MAX = 1e-6, 10.0
+#: The K a config may give and a fit may choose (eval in centipawns: below K_MIN a 10,000 cp
+#: evaluation moves the prediction by less than 0.25 %, above K_MAX one centipawn decides it);
+#: a fit scans GRID_PER_DECADE points per decade of it.
+K_MIN, K_MAX = 1e-5, 1.0
 GRID_PER_DECADE = 8
 #: A fit uses at most this many training positions (evenly spaced): K is then known to far
 #: better than the data's noise, and the fit stays a few seconds on any data set.
