@@ -18,6 +18,7 @@ run: $(STAMP)
 	$(BIN)/tuner train --config default
 
 test: $(STAMP)
+	$(BIN)/ruff check tuner tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
 # The tape, the fixed `tuner bench` run, the roofline at 6.97 M positions and the scaling table

@@ -47,7 +47,7 @@ def main():
                 total = time.perf_counter() - t0
             med = statistics.median(hist["seconds"])
             sigs.add(run.theta.tobytes())
-            store = [l for l in lines if l.startswith("replay")]
+            store = [line for line in lines if line.startswith("replay")]
             print(f"{mode:6s} threads {threads}: {med:.3f} s/epoch (median of {a.epochs}), "
                   f"{a.positions / med:,.0f} positions/s; run {total:.1f} s; peak memory "
                   f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"

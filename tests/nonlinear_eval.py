@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
 from numba import njit
 
 from tuner.chess.bitboard import popcount

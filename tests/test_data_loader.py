@@ -250,7 +250,7 @@ def test_flipped_bytes_never_load_altered_data(tmp_path, converted, tiny, source
     raw = (TINY if source == "shipped" else converted).read_bytes()
     rng = random.Random(5)
     errors = 0
-    for trial in range(60):
+    for _ in range(60):
         b = bytearray(raw)
         b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
         p = tmp_path / "flip.parquet"

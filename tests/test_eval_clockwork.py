@@ -1,7 +1,8 @@
 """Clockwork reference evaluation: exact agreement with the engine's own numbers.
 
-Reference data (tests/data/spec, see tests/shared.py; missing data is a failure): clockwork-eval-vectors.jsonl (integer eval,
-mg, eg, phase, continuous tuner eval and every per-parameter net count of 3,024 positions) and the
+Reference data (tests/data/spec, see tests/shared.py; missing data is a failure):
+clockwork-eval-vectors.jsonl (integer eval, mg, eg, phase, continuous tuner eval and every
+per-parameter net count of 3,024 positions) and the
 conformance files (FEN;white_pov_eval, 15,000 self-play positions).
 """
 import json

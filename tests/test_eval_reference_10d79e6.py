@@ -125,7 +125,7 @@ def test_compiled_matches_reference_with_other_integer_parameters():
     for trial in range(3):
         pairs = np.zeros((n_pairs, 2))
         values = np.zeros(n_values)
-        for name, kind, off, size in layout:
+        for name, kind, off, _size in layout:
             for i, v in enumerate(defaults[name]):
                 if kind == "value":
                     values[off + i] = v + rng.randint(-60, 60)

@@ -259,7 +259,7 @@ def test_equal_structures_share_a_template_different_ones_do_not():
 
 
 def test_templates_are_shared_across_the_chunks_of_build_store():
-    chunks, outs_all, tapes = [], [], []
+    chunks, tapes = [], []
     for k, maker in enumerate([lambda t: [simple_position(t, 1.5, 0.5, 3), other_position(t, 1.0)],
                                lambda t: [other_position(t, 3.0), simple_position(t, 2.0, 0.1, 2)],
                                lambda t: [other_position(t, 0.5)]]):

@@ -71,7 +71,7 @@ def test_train_log_one_line_per_epoch(cli_run):
     epochs = re.findall(rf"^epoch\s+(\d+)/3\s+train ({FLOAT})\s+val ({FLOAT})\s", log, re.M)
     assert [int(e) for e, _, _ in epochs] == [1, 2, 3]
     assert len([ln for ln in log.splitlines() if ln.startswith("epoch")]) == 3
-    for (e, train, val), t, v in zip(epochs, ck["history_train_loss"], ck["history_val_loss"]):
+    for (_, train, val), t, v in zip(epochs, ck["history_train_loss"], ck["history_val_loss"]):
         assert float(train) == pytest.approx(t, abs=1e-6)
         assert float(val) == pytest.approx(v, abs=1e-6)
     # what is logged is also printed

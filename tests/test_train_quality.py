@@ -15,7 +15,7 @@ from tuner.evals.registry import ParamRegistry
 from tuner.tape import new_tape
 from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_xent
 from tuner.train.config import ConfigError, describe, validate
-from tuner.train.loop import CHECKPOINT, Run, load_data
+from tuner.train.loop import Run, load_data
 from tuner.train.split import group_ids, split_by_group
 from tuner.train.targets import KFitError, blend_targets, fit_k, sigmoid
 from tuner.train.workers import Workers

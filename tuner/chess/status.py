@@ -3,7 +3,8 @@
 A status is an int32: 0 (`FenStatus.OK`) for an accepted FEN; otherwise its low 8 bits are a
 `FenStatus` and the higher bits carry details (a rank label, a character, a square, a colour, a
 value) that :func:`status_reason` turns into ``"<field>: <reason>"``. Two layouts of the details:
-``kind | a << DETAIL_A_SHIFT | b << DETAIL_B_SHIFT`` (`pack_status`, a and b capped at 255) or ``kind | value << DETAIL_A_SHIFT``
+``kind | a << DETAIL_A_SHIFT | b << DETAIL_B_SHIFT`` (`pack_status`, a and b capped at 255) or
+``kind | value << DETAIL_A_SHIFT``
 (`pack_value_status`, value capped at `VALUE_CAP`).
 """
 

@@ -132,7 +132,7 @@ def list_cmd(verify, config_name):
     that name, if there is one. Paths in a registry are relative to it.
     """
     from .errors import DatasetError
-    from .registry import display_path, registries, search_path, verify_entry
+    from .registry import registries, search_path, verify_entry
 
     config = None
     if config_name is not None:

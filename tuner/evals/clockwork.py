@@ -332,8 +332,10 @@ def features(pos, acc):
     aP, aN, aB, aR, aQ, aK = (black & pawns, black & knights, black & bishops, black & rooks,
                               black & queens, black & kings)
     # Black in its own frame (vertical mirror), and White seen from Black's frame.
-    bP, bN, bB, bR, bQ, bK = flip_vertical(aP), flip_vertical(aN), flip_vertical(aB), flip_vertical(aR), flip_vertical(aQ), flip_vertical(aK)
-    vP, vN, vB, vR, vQ, vK = flip_vertical(wP), flip_vertical(wN), flip_vertical(wB), flip_vertical(wR), flip_vertical(wQ), flip_vertical(wK)
+    bP, bN, bB = flip_vertical(aP), flip_vertical(aN), flip_vertical(aB)
+    bR, bQ, bK = flip_vertical(aR), flip_vertical(aQ), flip_vertical(aK)
+    vP, vN, vB = flip_vertical(wP), flip_vertical(wN), flip_vertical(wB)
+    vR, vQ, vK = flip_vertical(wR), flip_vertical(wQ), flip_vertical(wK)
 
     add_nonzero(acc, PAWN_MAT, popcount(wP) - popcount(aP))
     add_nonzero(acc, KNIGHT_MAT, popcount(wN) - popcount(aN))

@@ -59,7 +59,7 @@ def _read_inputs(fens, file):
             with open_input(Path(file)) as (read, _):
                 data = b"".join(iter(lambda: read(1 << 24), b""))
     except DatasetError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     what = binary_kind(data[:DETECT_BYTES])
     if what == "a Parquet file" and file != "-":
         return items + _parquet_fens(file)
@@ -85,7 +85,7 @@ def _parquet_fens(path: str) -> list:
         column = pq.read_table(path, columns=["fen"]).column("fen")
     except (pa.ArrowException, OSError, KeyError) as e:
         raise click.ClickException(f"{path}: a Parquet file whose fen column cannot be read "
-                                   f"({e})")
+                                   f"({e})") from None
     if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
         raise click.ClickException(f"{path}: the fen column holds {column.type}, not strings")
     return [(f"{path}:row {i}", fen or "") for i, fen in enumerate(column.to_pylist())]
@@ -133,7 +133,7 @@ def _evaluation(spec: str):
     try:
         return get_evaluation(spec)
     except (ValueError, TypeError) as e:
-        raise click.ClickException(f"--evaluation: {e}")
+        raise click.ClickException(f"--evaluation: {e}") from None
 
 
 def _read_params(path: str, evaluation):
@@ -145,9 +145,9 @@ def _read_params(path: str, evaluation):
         if evaluation is not None:
             evaluation.check_params(reg)
     except ParamFileError as e:  # names the file and the entry
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise click.ClickException(f"{path}: {e}")
+        raise click.ClickException(f"{path}: {e}") from None
     return reg
 
 
@@ -168,7 +168,7 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     try:
         items = _read_inputs(fens, file)
     except OSError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
 
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
@@ -226,6 +226,6 @@ def export_cmd(params, fmt, evaluation, output):
         text = export(reg, reg.defaults, fmt, None if output == "-" else output,
                       reg.value_defaults, cpp_style=style, name=name)
     except (OSError, ValueError, KeyError) as e:
-        raise click.ClickException(f"{params}: {e}")
+        raise click.ClickException(f"{params}: {e}") from None
     if output == "-":
         click.echo(text, nl=False)

@@ -43,7 +43,8 @@ from numba.extending import intrinsic
 from .arena import Arena
 from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
                   F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
-                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV, FORM_LHS, FORM_NARY, FORM_OUT,
+                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV,
+                  FORM_LHS, FORM_NARY, FORM_OUT,
                   FORM_RHS, FORM_SCALARS, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
                   _clamped_add_eg_bwd, _clamped_add_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
                   _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,

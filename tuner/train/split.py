@@ -7,7 +7,8 @@ holds out whole games.
 
 A game is what the data says it is: the positions of a dataset with one number in its ``game``
 column. (A file that joins sources numbered independently may give two games one number; they are
-then held out together, which keeps every game on one side all the same.) A dataset without it (Clockwork's text sets, most engines' data) is cut into
+then held out together, which keeps every game on one side all the same.) A dataset without it
+(Clockwork's text sets, most engines' data) is cut into
 blocks of ``block`` consecutive positions in file order, and a block counts as a game: a game's
 positions are adjacent in such files, so only the games that straddle a block boundary (at most
 one per boundary) can have positions on both sides.
