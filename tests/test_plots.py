@@ -201,10 +201,10 @@ def test_format_changes_marks_the_missing_eg_of_a_value(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (None, "no such file"),
     ("{\n  \"params\": [1,\n}", ":3:1: not JSON (Expecting value)"),
-    ("[1, 2]", "not a parameter file in the registry schema"),
-    ('{"K": 0.0025}', "not a parameter file: no field 'params'"),
+    ("[1, 2]", 'not a parameter file: expected an object with a "params" list'),
+    ('{"K": 0.0025}', 'not a parameter file: expected an object with a "params" list'),
     ('{"params": [{"name": "X", "shape": [3], "offset": 0, "values": [[1, 2]]}]}',
-     "X: 1 values / 3 flags for shape (3,)"),
+     "params[0] (X).values: must be a list of 3 entries for shape (3,)"),
     (b"\xff\xfe\x00binary", "not a text file"),
 ])
 def test_wrong_parameter_files_are_one_line_errors(tmp_path, content, message):
@@ -237,10 +237,10 @@ def test_an_unwritable_output_is_a_one_line_error(tmp_path):
     missing = tmp_path / "no" / "such" / "dir"
     result = CliRunner().invoke(main, ["plot", str(tmp_path / "p.json"), "-o", str(missing)])
     assert (result.exit_code, result.output) == (
-        1, f"Error: {missing}: cannot write the pictures (No such file or directory)\n")
+        1, f"Error: cannot write {missing}.boards.png: No such file or directory (ENOENT)\n")
     b = edited(CLOCKWORK, tmp_path, {("TEMPO_VAL",): (1, 1)})
     result = CliRunner().invoke(main, ["diff", CLOCKWORK, b, "-o", str(missing / "d.png")])
     assert result.exit_code == 1
-    assert result.output.splitlines()[-1] == (f"Error: {missing / 'd.png'}: cannot write the "
-                                              f"picture (No such file or directory)")
+    assert result.output.splitlines()[-1] == (f"Error: cannot write {missing / 'd.png'}: No such "
+                                              f"file or directory (ENOENT)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "p.json"]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from tuner.fileio import WriteError
+
 #: How many changes `tuner diff` prints and draws unless told otherwise.
 DEFAULT_TOP = 20
 
@@ -39,7 +41,7 @@ def plot_cmd(params: str, prefix: str | None, first_square: str) -> None:
     try:
         registry = load_params(params)
         written = write_param_plots(registry, prefix or _stem(params), FirstSquare(first_square))
-    except ParamFileError as e:
+    except (ParamFileError, WriteError) as e:  # both name the file and the reason
         raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"{prefix or _stem(params)}: cannot write the pictures "
@@ -81,7 +83,8 @@ def diff_cmd(before: str, after: str, top: int, out: str | None) -> None:
     try:
         write_changes_plot(found, top, path, f"largest changes: {Path(before).name} -> "
                                              f"{Path(after).name}")
+    except WriteError as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
-        reason = e.strerror or e
-        raise click.ClickException(f"{path}: cannot write the picture ({reason})") from None
+        raise click.ClickException(f"{path}: cannot write the picture ({e.strerror or e})") from None
     click.echo(f"wrote {path}")
