@@ -18,7 +18,7 @@ from tuner.train.config import ConfigError, describe, validate
 from tuner.train.loop import Run, load_data
 from tuner.train.split import group_ids, split_by_group
 from tuner.train.targets import KFitError, blend_targets, fit_k, sigmoid
-from tuner.train.workers import Workers
+from tuner.train.workers import Workers, split_params
 
 from shared import DATASETS
 
@@ -175,8 +175,8 @@ def test_loss_gradient_with_blended_targets_matches_finite_differences(evaluatio
         w.close()
     assert checked == 12
     # the loss itself, against numpy
-    from tuner.train.workers import continuous_evals
-    e = continuous_evals(ev, theta, ds.positions[rows], 1, 64)
+    from tuner.evals.generic import continuous
+    e = continuous(ev, ds.positions[rows], *split_params(theta, reg.n_params))
     p = 1 / (1 + np.exp(-k * e))
     y = targets[rows]
     ref = (np.sum((p - y) ** 2) if loss == F_SIGMOID_SQ_ERR

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from tuner.evals.export import round_params
+from tuner.evals.generic import continuous
 from tuner.evals.registry import ParamRegistry
-from .workers import continuous_evals, split_params
+from .workers import split_params
 
 
 def default_theta(registry) -> np.ndarray:
@@ -26,6 +27,6 @@ def integer_evals(evaluation, theta: np.ndarray, positions: np.ndarray) -> tuple
         with_params = ParamRegistry.from_dict(reg.to_dict(pairs, value_values=values))
         ie = evaluation.evaluate(positions, with_params)[0]
         return ie.astype(np.float64), "the engine's integer evaluation"
-    rounded = np.concatenate([round_params(pairs).reshape(-1), round_params(values)])
-    return (continuous_evals(evaluation, rounded.astype(np.float64), positions, 1, 1024),
+    return (continuous(evaluation, positions, round_params(pairs).astype(np.float64),
+                       round_params(values).astype(np.float64)),
             "the evaluation with parameters rounded to integers")

@@ -39,6 +39,7 @@ from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
+from tuner.evals.generic import continuous
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
@@ -54,7 +55,7 @@ from .heldout import default_theta, integer_evals
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
                      write_meta)
 from .warmup import warm_positions, warm_up
-from .workers import Workers, continuous_evals, resolve_threads, split_params
+from .workers import Workers, resolve_threads, split_params
 
 CHECKPOINT = "checkpoint.npz"
 #: Parameters beyond this magnitude mean the run diverged (an engine's integers cannot hold them).
@@ -401,8 +402,7 @@ class Run:
         """``[loss] k = "fit"``: the K that fits the starting parameters to the training games."""
         t0 = time.perf_counter()
         rows = data.train[fit_sample(len(data.train))]
-        evals = continuous_evals(self.evaluation, self.theta, data.positions[rows],
-                                 self.n_threads, self.cfg["training"]["micro_batch_size"])
+        evals = continuous(self.evaluation, data.positions[rows], self.params, self.values)
         try:
             k = fit_k(evals, data.results[rows])
         except KFitError as e:

@@ -23,9 +23,9 @@ import numpy as np
 
 from tuner.tape import new_arena, set_params
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
-from tuner.tape.player import arena_size, build_store, extract, play, store_len
+from tuner.tape.player import arena_size, build_store, extract, store_len
 from .kernels import WORD_BITS, reduce_chunks, replay_chunks, store_order
-from .record import new_training_tape, record_positions, record_store
+from .record import new_training_tape, record_positions
 
 
 def resolve_threads(threads: int) -> int:
@@ -166,16 +166,3 @@ class Workers:
             for f in [self.pool.submit(fn, w) for w in range(self.n_threads)]:
                 f.result()
 
-
-def continuous_evals(evaluation, theta, positions, n_threads: int, micro: int) -> np.ndarray:
-    """The evaluation (the value the tape records, White's point of view) of every position at the
-    flat parameters `theta`: recorded once and played forward, for any evaluation."""
-    n = len(positions)
-    store = record_store(evaluation, positions, np.zeros(n), 1.0, n_threads, micro)
-    arena = new_arena(*arena_size(store))
-    set_params(arena, *split_params(np.ascontiguousarray(theta, np.float64),
-                                    evaluation.registry.n_params))
-    outputs = np.zeros((n, 2))
-    if play(store, arena, np.arange(n, dtype=np.int64), 0.0, False, outputs) >= 0:
-        raise ValueError("unknown record tag in a sweep")
-    return outputs[:, 0].copy()
