@@ -1,8 +1,11 @@
-"""Reading labelled positions from Parquet: ``load_dataset``."""
+"""Reading labelled positions from Parquet: ``load_dataset`` (whole files) and ``DatasetReader``
+(batch by batch)."""
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,77 +94,144 @@ def _int_column(arr: pa.Array, target: pa.DataType, col: str, source: str) -> pa
                            f"({e})") from e
 
 
-def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
-                 need_scores: bool = False, with_game: bool = False,
-                 keep_row_index: bool = False,
-                 quiet: bool = False, batch_rows: int = BATCH_ROWS) -> Dataset:
-    """Load a dataset: a registered name (see ``tuner.data.registry``) or a Parquet path.
+@dataclass
+class Batch:
+    """The valid rows of one Arrow batch of a file (`DatasetReader.batches`), in file order.
 
-    Streams the file batch by batch, parses the FENs in bulk from the Arrow buffers, checks
-    the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are dropped under
-    ``policy="skip"`` (a count and the first few are printed to stderr unless ``quiet``) or
-    make ``policy="strict"`` raise DatasetError listing them. Every problem with the file
-    itself raises DatasetError naming it, and so does a file left with no valid row.
-
-    ``score_cp`` is loaded when the column exists and is not all null. When only some rows
-    have a score: with ``need_scores=False`` (default) every row is kept and ``score_cp`` is
-    None (a note is printed); with ``need_scores=True`` rows without a score are bad rows, and
-    a file without any score raises DatasetError.
+    start      the file row (0-based) of the batch's first row
+    n_rows     rows of the batch, valid or not
+    ok         bool[n_rows]: which rows are valid; None when all are
+    positions, results, score_cp, game, ply: as in `Dataset`, for the valid rows
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    resolved = resolve(path_or_name) if not isinstance(path_or_name, Resolved) else path_or_name
-    source = resolved.description
-    pf = open_parquet(resolved.path, source)
-    entry = resolved.entry
-    if entry is not None and entry.rows is not None and entry.rows != pf.metadata.num_rows:
-        pf.close()
-        raise DatasetError(f"{source}: row count mismatch: the registry expects {entry.rows:,} "
-                           f"rows, the file has {pf.metadata.num_rows:,}")
-    try:
-        return _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
-                     batch_rows)
-    except (pa.ArrowException, OSError) as e:
-        raise DatasetError(f"{source}: corrupted Parquet file ({e})") from e
-    finally:
-        pf.close()
+
+    start: int
+    n_rows: int
+    ok: np.ndarray | None
+    positions: np.ndarray
+    results: np.ndarray
+    score_cp: np.ndarray | None
+    game: np.ndarray | None
+    ply: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def rows(self) -> np.ndarray:
+        """int64: the file row of each valid row."""
+        rows = np.arange(self.start, self.start + self.n_rows, dtype=np.int64)
+        return rows if self.ok is None else rows[self.ok]
 
 
-def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
-          batch_rows) -> Dataset:
-    present = check_schema(pf.schema_arrow, source)
-    n_rows = pf.metadata.num_rows
-    score_nulls = _null_count(pf, "score_cp") if present["score_cp"] else n_rows
-    with_score = score_nulls < n_rows
-    if need_scores and not with_score:
-        raise DatasetError(f"{source}: no scores (column 'score_cp' "
-                           + ("is all null)" if present["score_cp"] else "is missing)"))
-    if with_score and score_nulls and not need_scores:
-        with_score = False
-        if not quiet:
-            print(f"{source}: note: {score_nulls:,} of {n_rows:,} rows have no score_cp; "
-                  "scores not loaded (all rows kept)", file=sys.stderr)
-    with_game = with_game and present["game"]
-    with_ply = with_game and present["ply"]
-    columns = ["fen", "result"] + ["score_cp"] * with_score + ["game"] * with_game \
-        + ["ply"] * with_ply
+class DatasetReader:
+    """A dataset file open for reading in Arrow batches: what `load_dataset` reads whole, and
+    what a replay run streams into its store without holding every position.
 
-    positions = np.empty((n_rows, POSITION_WORDS), dtype=np.uint64)
-    results = np.empty(n_rows, dtype=np.float64)
-    score = np.empty(n_rows, dtype=np.int32) if with_score else None
-    game = np.empty(n_rows, dtype=np.int64) if with_game else None
-    ply = np.empty(n_rows, dtype=np.int32) if with_ply else None
-    row_index = np.empty(n_rows, dtype=np.int64) if keep_row_index else None
-    bad_rows: list[BadRow] = []
-    n_bad = 0
-    kept = 0
-    start = 0
+    Opening checks the file (it exists and is Parquet, the registry's row count, the schema)
+    and decides whether scores are read (see `load_dataset`); `batches` reads it. Every pass
+    over the file yields the same batches; the first complete one reports the bad rows
+    (`policy` "skip": printed unless `quiet`; "strict": DatasetError) and raises DatasetError
+    when no row is valid. `n_bad` and `bad_rows` then hold what it found, `kept` the valid
+    rows. Every Arrow or I/O failure is a DatasetError naming the file. Use it as a context
+    manager (or `close` it).
+    """
 
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+    def __init__(self, path_or_name: str | os.PathLike | Resolved, policy: str = "skip", *,
+                 need_scores: bool = False, with_game: bool = False, quiet: bool = False,
+                 batch_rows: int = BATCH_ROWS):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        resolved = (path_or_name if isinstance(path_or_name, Resolved)
+                    else resolve(path_or_name))
+        self.resolved, self.policy, self.quiet, self.batch_rows = (resolved, policy, quiet,
+                                                                   batch_rows)
+        self.source = source = resolved.description
+        self.pf = pf = open_parquet(resolved.path, source)
+        self.n_rows = n_rows = pf.metadata.num_rows
+        entry = resolved.entry
+        try:
+            if entry is not None and entry.rows is not None and entry.rows != n_rows:
+                raise DatasetError(f"{source}: row count mismatch: the registry expects "
+                                   f"{entry.rows:,} rows, the file has {n_rows:,}")
+            with self._arrow_errors():
+                self._choose_columns(need_scores, with_game)
+        except BaseException:
+            pf.close()
+            raise
+        self.n_bad = 0
+        self.bad_rows: list[BadRow] = []
+        self.kept: int | None = None      # known after the first complete pass
+        self._bad: list[np.ndarray] = []  # every bad row's number (for `file_rows`)
+
+    def _choose_columns(self, need_scores: bool, with_game: bool) -> None:
+        source, n_rows, pf = self.source, self.n_rows, self.pf
+        present = check_schema(pf.schema_arrow, source)
+        score_nulls = _null_count(pf, "score_cp") if present["score_cp"] else n_rows
+        with_score = score_nulls < n_rows
+        if need_scores and not with_score:
+            raise DatasetError(f"{source}: no scores (column 'score_cp' "
+                               + ("is all null)" if present["score_cp"] else "is missing)"))
+        if with_score and score_nulls and not need_scores:
+            with_score = False
+            if not self.quiet:
+                print(f"{source}: note: {score_nulls:,} of {n_rows:,} rows have no score_cp; "
+                      "scores not loaded (all rows kept)", file=sys.stderr)
+        self.with_score = with_score
+        self.with_game = with_game and present["game"]
+        self.with_ply = self.with_game and present["ply"]
+
+    @contextmanager
+    def _arrow_errors(self):
+        try:
+            yield
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetError(f"{self.source}: corrupted Parquet file ({e})") from e
+
+    def close(self) -> None:
+        self.pf.close()
+
+    def __enter__(self) -> DatasetReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def batches(self) -> Iterator[Batch]:
+        """One pass over the file: the valid rows of each batch, in file order."""
+        columns = ["fen", "result"] + ["score_cp"] * self.with_score \
+            + ["game"] * self.with_game + ["ply"] * self.with_ply
+        first = self.kept is None
+        bad_rows: list[BadRow] = []
+        bad: list[np.ndarray] = []
+        n_bad = kept = start = 0
+        with self._arrow_errors():
+            for batch in self.pf.iter_batches(batch_size=self.batch_rows, columns=columns,
+                                              use_threads=False):
+                if start + batch.num_rows > self.n_rows:
+                    raise DatasetError(f"{self.source}: corrupted Parquet file (more rows "
+                                       f"than the footer's {self.n_rows:,})")
+                b = self._parse(batch, start, bad_rows)
+                if b.ok is not None:
+                    bad.append(np.flatnonzero(~b.ok) + start)
+                    n_bad += b.n_rows - len(b)
+                kept += len(b)
+                start += b.n_rows
+                yield b
+        if start != self.n_rows:
+            raise DatasetError(f"{self.source}: corrupted Parquet file (read {start:,} rows, "
+                               f"the footer says {self.n_rows:,})")
+        if not first:
+            if kept != self.kept:
+                raise DatasetError(f"{self.source}: changed while it was read ({kept:,} valid "
+                                   f"rows now, {self.kept:,} before)")
+            return
+        self.n_bad, self.bad_rows, self._bad = n_bad, bad_rows, bad
+        self._report(kept)
+        self.kept = kept
+
+    def _parse(self, batch: pa.RecordBatch, start: int, bad_rows: list[BadRow]) -> Batch:
+        """Batch `batch` (file rows from `start`) checked; its first bad rows into `bad_rows`."""
+        source = self.source
         n = batch.num_rows
-        if start + n > n_rows:
-            raise DatasetError(f"{source}: corrupted Parquet file (more rows than the footer's "
-                               f"{n_rows:,})")
         pos_b, status = parse_fen_array(batch.column(0))
         res_arr = batch.column(1)
         res = res_arr.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
@@ -169,8 +239,8 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
             if res_arr.null_count else None
         res_ok = (res == 1.0) | (res == 0.5) | (res == 0.0)
         ok = (status == 0) & res_ok
-        score_valid = None
-        if with_score:
+        score_valid = sc = None
+        if self.with_score:
             sc_arr = _int_column(batch.column("score_cp"), pa.int32(), "score_cp", source)
             if sc_arr.null_count:
                 score_valid = sc_arr.is_valid().to_numpy(zero_copy_only=False)
@@ -179,10 +249,8 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
             sc = sc_arr.to_numpy(zero_copy_only=False)
         all_ok = bool(ok.all())
         if not all_ok:
-            bad_idx = np.flatnonzero(~ok)
-            n_bad += len(bad_idx)
             room = MAX_BAD_KEPT - len(bad_rows)
-            for i in bad_idx[:max(room, 0)]:
+            for i in np.flatnonzero(~ok)[:max(room, 0)]:
                 reasons = []
                 if status[i] != 0:
                     reasons.append(status_text(status[i]))
@@ -194,42 +262,105 @@ def _load(pf, source, policy, need_scores, with_game, keep_row_index, quiet,
                     reasons.append("score_cp is null")
                 bad_rows.append(BadRow(start + int(i), "; ".join(reasons)))
         sel = slice(None) if all_ok else ok
-        k = n if all_ok else int(ok.sum())
-        positions[kept:kept + k] = pos_b[sel]
-        results[kept:kept + k] = res[sel]
-        if with_score:
-            score[kept:kept + k] = sc[sel]
-        if with_game:
-            game[kept:kept + k] = _int_column(batch.column("game"), pa.int64(), "game",
-                                              source).fill_null(-1).to_numpy()[sel]
-        if with_ply:
-            ply[kept:kept + k] = _int_column(batch.column("ply"), pa.int32(), "ply",
-                                             source).fill_null(-1).to_numpy()[sel]
-        if keep_row_index:
-            row_index[kept:kept + k] = np.arange(start, start + n, dtype=np.int64)[sel]
-        kept += k
-        start += n
 
-    if start != n_rows:
-        raise DatasetError(f"{source}: corrupted Parquet file (read {start:,} rows, the footer "
-                           f"says {n_rows:,})")
-    if n_bad:
-        shown = [f"row {b.row}: {b.reason}" for b in bad_rows]
-        if policy == "strict":
-            raise DatasetError(f"{source}: {n_bad:,} bad row(s) of {n_rows:,} "
-                               f"(policy strict; use policy skip to drop them):\n"
-                               + format_bad_list(shown, n_bad))
-        if not quiet:
-            print(f"{source}: skipped {n_bad:,} bad row(s) of {n_rows:,}:\n"
-                  + format_bad_list(shown, n_bad), file=sys.stderr)
-    if kept == 0:
-        raise DatasetError(f"{source}: no valid rows" + (
-            f" (all {n_bad:,} rows are bad):\n" + format_bad_list(
-                [f"row {b.row}: {b.reason}" for b in bad_rows], n_bad) if n_bad else
-            " (the file is empty)"))
-    if kept < n_rows:
+        def column(name, dtype):
+            return _int_column(batch.column(name), dtype, name, source).fill_null(-1) \
+                .to_numpy()[sel]
+
+        return Batch(start, n, None if all_ok else ok, pos_b[sel], res[sel],
+                     sc[sel] if self.with_score else None,
+                     column("game", pa.int64()) if self.with_game else None,
+                     column("ply", pa.int32()) if self.with_ply else None)
+
+    def _report(self, kept: int) -> None:
+        """The bad rows of a complete pass: reported, or DatasetError (strict, none valid)."""
+        source, n_bad, n_rows = self.source, self.n_bad, self.n_rows
+        shown = [f"row {b.row}: {b.reason}" for b in self.bad_rows]
+        if n_bad:
+            if self.policy == "strict":
+                raise DatasetError(f"{source}: {n_bad:,} bad row(s) of {n_rows:,} "
+                                   f"(policy strict; use policy skip to drop them):\n"
+                                   + format_bad_list(shown, n_bad))
+            if not self.quiet:
+                print(f"{source}: skipped {n_bad:,} bad row(s) of {n_rows:,}:\n"
+                      + format_bad_list(shown, n_bad), file=sys.stderr)
+        if kept == 0:
+            raise DatasetError(f"{source}: no valid rows" + (
+                f" (all {n_bad:,} rows are bad):\n" + format_bad_list(shown, n_bad) if n_bad
+                else " (the file is empty)"))
+
+    def file_rows(self, kept: np.ndarray) -> np.ndarray:
+        """The file rows of valid rows `kept` (indices among the valid rows, after a pass)."""
+        bad = np.concatenate(self._bad) if self._bad else np.zeros(0, np.int64)
+        # the i-th bad row has bad[i] - i valid rows before it
+        return kept + np.searchsorted(bad - np.arange(len(bad)), kept, side="right")
+
+    def positions(self, kept: np.ndarray) -> np.ndarray:
+        """uint64[len(kept), 9]: the positions of valid rows `kept` (sorted indices among the
+        valid rows), read from the file again (only the FEN column; only these rows parsed)."""
+        rows = self.file_rows(np.asarray(kept, np.int64))
+        out = np.empty((len(rows), POSITION_WORDS), np.uint64)
+        done = start = 0
+        with self._arrow_errors():
+            for batch in self.pf.iter_batches(batch_size=self.batch_rows, columns=["fen"],
+                                              use_threads=False):
+                stop = start + batch.num_rows
+                hi = int(np.searchsorted(rows, stop))
+                if hi > done:
+                    fens = batch.column(0).take(pa.array(rows[done:hi] - start))
+                    pos, status = parse_fen_array(fens)
+                    if status.any():
+                        i = int(np.flatnonzero(status)[0])
+                        raise DatasetError(f"{self.source}: row {int(rows[done + i])}: "
+                                           f"changed since it was read "
+                                           f"({status_text(status[i])})")
+                    out[done:hi] = pos
+                    done = hi
+                start = stop
+        if done != len(rows):
+            raise DatasetError(f"{self.source}: changed since it was read (fewer rows)")
+        return out
+
+
+def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,
+                 need_scores: bool = False, with_game: bool = False,
+                 keep_row_index: bool = False,
+                 quiet: bool = False, batch_rows: int = BATCH_ROWS) -> Dataset:
+    """Load a dataset: a registered name (see ``tuner.data.registry``) or a Parquet path.
+
+    Streams the file batch by batch (`DatasetReader`), parses the FENs in bulk from the Arrow
+    buffers, checks the results. Bad rows (invalid or null FEN, result not 1.0/0.5/0.0) are
+    dropped under ``policy="skip"`` (a count and the first few are printed to stderr unless
+    ``quiet``) or make ``policy="strict"`` raise DatasetError listing them. Every problem with
+    the file itself raises DatasetError naming it, and so does a file left with no valid row.
+
+    ``score_cp`` is loaded when the column exists and is not all null. When only some rows
+    have a score: with ``need_scores=False`` (default) every row is kept and ``score_cp`` is
+    None (a note is printed); with ``need_scores=True`` rows without a score are bad rows, and
+    a file without any score raises DatasetError.
+    """
+    with DatasetReader(path_or_name, policy, need_scores=need_scores, with_game=with_game,
+                       quiet=quiet, batch_rows=batch_rows) as reader:
+        n_rows = reader.n_rows
+        positions = np.empty((n_rows, POSITION_WORDS), dtype=np.uint64)
+        results = np.empty(n_rows, dtype=np.float64)
+        score = np.empty(n_rows, dtype=np.int32) if reader.with_score else None
+        game = np.empty(n_rows, dtype=np.int64) if reader.with_game else None
+        ply = np.empty(n_rows, dtype=np.int32) if reader.with_ply else None
+        row_index = np.empty(n_rows, dtype=np.int64) if keep_row_index else None
         arrays = [positions, results, score, game, ply, row_index]
+        kept = 0
+        for b in reader.batches():
+            k = len(b)
+            for out, part in zip(arrays, (b.positions, b.results, b.score_cp, b.game, b.ply)):
+                if out is not None:
+                    out[kept:kept + k] = part
+            if keep_row_index:
+                row_index[kept:kept + k] = b.rows()
+            kept += k
+    if kept < n_rows:
         for a in arrays:
             if a is not None:
                 a.resize((kept,) + a.shape[1:], refcheck=False)
-    return Dataset(positions, results, score, source, n_bad, bad_rows, game, ply, row_index)
+    return Dataset(positions, results, score, reader.source, reader.n_bad, reader.bad_rows, game,
+                   ply, row_index)

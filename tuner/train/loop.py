@@ -47,10 +47,11 @@ from .kernels import adamw_step, sgd_step
 from .plot import write_loss_plot
 from .progress import Observer
 from .schedule import check_patterns, learning_rate, trainable_mask
-from .split import group_ids, split_by_group
+from .split import Split, group_ids, split_by_group
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, mse_at
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import record_store
+from .stream import DataDigest, stream_data
 from .heldout import default_theta, integer_evals
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
                      write_meta)
@@ -76,7 +77,7 @@ class Data:
     """Training and validation positions (indices into one concatenated array), split by game
     (`tuner.train.split`)."""
 
-    positions: np.ndarray
+    positions: np.ndarray | None  # None: streamed into a replay store (tuner/train/stream.py)
     results: np.ndarray
     train: np.ndarray
     val: np.ndarray
@@ -84,6 +85,14 @@ class Data:
     score_cp: np.ndarray | None = None  # engine scores, loaded for a score blend
     train_games: int = 0
     val_games: int = 0
+    val_positions: np.ndarray | None = None  # ``positions[val]`` where `positions` is None
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def held_out(self) -> np.ndarray:
+        """The validation positions, uint64[len(val), 9]."""
+        return self.val_positions if self.positions is None else self.positions[self.val]
 
 
 def find_data(cfg: Config) -> list[Resolved]:
@@ -91,8 +100,20 @@ def find_data(cfg: Config) -> list[Resolved]:
     return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
 
 
+def split_data(groups: np.ndarray, cfg: Config) -> Split:
+    """The ``[data]`` split of positions in `groups` (`group_ids`); TrainingError when no
+    training position is left."""
+    d = cfg["data"]
+    split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
+    if len(split.train) < 1:
+        raise TrainingError("no training positions left after the validation split")
+    return split
+
+
 def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
-    """Load every dataset of ``[data] train`` and hold out whole games for validation."""
+    """Load every dataset of ``[data] train`` and hold out whole games for validation (every
+    position in memory: what eager training and the tests use; a replay run streams its data,
+    `tuner.train.stream`)."""
     d = cfg["data"]
     blend = cfg["loss"]["score_blend"] > 0
     positions, results, scores, games, sources = [], [], [], [], []
@@ -112,9 +133,7 @@ def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
     else:
         positions, results = positions[0], results[0]
     score_cp = np.concatenate(scores) if blend else None
-    split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
-    if len(split.train) < 1:
-        raise TrainingError("no training positions left after the validation split")
+    split = split_data(groups, cfg)
     return Data(positions, results, split.train, split.val, sources, score_cp,
                 split.train_games, split.val_games)
 
@@ -342,39 +361,63 @@ class Run:
             f"reads must be a parameter or written by an earlier record of the same position "
             f"(record constants per position with record_const)")
 
-    def store_key(self, data: Data, targets: np.ndarray) -> str:
-        """What a replay store depends on: positions, targets, K, the loss and the evaluation's
-        code."""
+    def store_key(self, digest: DataDigest) -> str:
+        """What a replay store depends on: the positions, results and scores (`digest`), K,
+        the loss (form and score blend) and the evaluation's code."""
         import tuner
 
         h = hashlib.blake2b(digest_size=16)
-        for arr in (data.positions, targets):
-            h.update(np.ascontiguousarray(arr).data)
-        h.update(repr((self.k, self.loss_form)).encode())
+        h.update(digest.digest())
+        h.update(repr((self.k, self.loss_form, self.cfg["loss"]["score_blend"])).encode())
         module = sys.modules[self.evaluation.record_batch.py_func.__module__]
         h.update(Path(module.__file__).read_bytes())
         h.update(tuner.source_digest().encode())
         return h.hexdigest()
 
+    def cache_path(self, key: str) -> Path:
+        return self.cfg.resolve_path(self.cfg["training"]["store_cache"]) / f"store-{key}.npz"
+
+    def cached_store(self, key: str):
+        """The store ``[training] store_cache`` keeps for `key`, or None (missing, or unusable:
+        logged)."""
+        t0 = time.perf_counter()
+        cache = self.cache_path(key)
+        if not cache.exists():
+            return None
+        try:
+            store = load_store(cache, key)
+        except FreezeError as e:
+            self.log(f"replay: store cache {e}; recording again")
+            return None
+        self.log(f"replay: loaded the store of {store_len(store):,} positions from {cache} in "
+                 f"{time.perf_counter() - t0:.2f} s")
+        return store
+
+    def keep_store(self, store, key: str) -> None:
+        """Save `store` in ``[training] store_cache`` for `key` (a failure is only logged)."""
+        cache = self.cache_path(key)
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            save_store(store, cache, key)
+            self.log(f"replay: store kept in {cache}")
+        except OSError as e:
+            self.log(f"replay: could not keep the store in {cache}: {e}")
+
     def replay_store(self, data: Data, targets: np.ndarray):
-        """Every position's recording, frozen for the player (recorded, or loaded from
-        ``[training] store_cache``); None for eager epochs."""
+        """Every position of in-memory `data` recorded and frozen for the player (or loaded
+        from ``[training] store_cache``); None for eager epochs. (A run that loads its own data
+        streams it into the store instead: `tuner.train.stream`.)"""
         tr = self.cfg["training"]
         if tr["mode"] == "eager":
             return None
-        t0 = time.perf_counter()
-        cache = None
+        key = None
         if tr["store_cache"]:
-            key = self.store_key(data, targets)
-            cache = self.cfg.resolve_path(tr["store_cache"]) / f"store-{key}.npz"
-            if cache.exists():
-                try:
-                    store = load_store(cache, key)
-                    self.log(f"replay: loaded the store of {store_len(store):,} positions "
-                             f"from {cache} in {time.perf_counter() - t0:.2f} s")
-                    return store
-                except FreezeError as e:
-                    self.log(f"replay: store cache {e}; recording again")
+            digest = DataDigest()
+            digest.update(data.positions, data.results, data.score_cp)
+            key = self.store_key(digest)
+            store = self.cached_store(key)
+            if store is not None:
+                return store
         t0 = time.perf_counter()  # after the cache lookup: the recording alone
         self.observer.record_start(len(data.positions))
         try:
@@ -385,32 +428,52 @@ class Run:
             raise self.unplayable(e) from None
         finally:
             self.observer.record_end()
-        n = store_len(store)
-        self.log(f"replay: recorded {n:,} positions once in {time.perf_counter() - t0:.2f} s "
-                 f"({store_nbytes(store) / max(1, n):.0f} bytes each, {len(store.t_temps)} "
-                 f"record structure(s))")
-        if cache is not None:
-            try:
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                save_store(store, cache, key)
-                self.log(f"replay: store kept in {cache}")
-            except OSError as e:
-                self.log(f"replay: could not keep the store in {cache}: {e}")
+        self.log_recorded(store, time.perf_counter() - t0)
+        if key is not None:
+            self.keep_store(store, key)
         return store
 
-    def fit_k(self, data: Data) -> float:
-        """``[loss] k = "fit"``: the K that fits the starting parameters to the training games."""
-        t0 = time.perf_counter()
-        rows = data.train[fit_sample(len(data.train))]
-        evals = continuous(self.evaluation, data.positions[rows], self.params, self.values)
+    def log_recorded(self, store, seconds: float) -> None:
+        n = store_len(store)
+        self.log(f"replay: recorded {n:,} positions once in {seconds:.2f} s "
+                 f"({store_nbytes(store) / max(1, n):.0f} bytes each, {len(store.t_temps)} "
+                 f"record structure(s))")
+
+    def targets(self, results: np.ndarray, score_cp: np.ndarray | None) -> np.ndarray:
+        """What the predictions are fitted to (`blend_targets` at the run's K)."""
         try:
-            k = fit_k(evals, data.results[rows])
+            return blend_targets(results, score_cp, self.k, self.cfg["loss"]["score_blend"])
+        except ValueError as e:
+            raise TrainingError(f"[loss] score_blend: {e}") from None
+
+    def fit_k(self, positions: np.ndarray, results: np.ndarray) -> float:
+        """``[loss] k = "fit"``: the K that fits the starting parameters to training positions
+        `positions` (the `fit_sample` of the training games) with `results`."""
+        t0 = time.perf_counter()
+        evals = continuous(self.evaluation, positions, self.params, self.values)
+        try:
+            k = fit_k(evals, results)
         except KFitError as e:
             raise ConfigError(f"{self.cfg.path}: [loss] k = \"fit\": {e}") from None
-        self.log(f"K fitted to the starting parameters on {len(rows):,} training positions: "
-                 f"K = {k:.6g} (mean squared error {mse_at(k, evals, data.results[rows]):.6f}; "
+        self.log(f"K fitted to the starting parameters on {len(results):,} training positions: "
+                 f"K = {k:.6g} (mean squared error {mse_at(k, evals, results):.6f}; "
                  f"{time.perf_counter() - t0:.2f} s)")
         return k
+
+    def prepare(self, compiling: CompileWatch, warm: tuple, sample) -> None:
+        """What recording needs: K (fitted to ``sample()``'s positions and results if the
+        config says ``k = "fit"``) and every kernel warmed (compiled on a cold cache, logged)."""
+        with watch_compilation(self.observer.compile_start, compiling):
+            if self.k is None:
+                self.k = self.fit_k(*sample())
+            try:
+                warm_up(self, *warm)
+            except FreezeError as e:
+                raise self.unplayable(e) from None
+        if compiling.compiled:
+            self.observer.compile_end(compiling.seconds)
+            self.log(f"compiled the kernels in {compiling.seconds:.1f} s (once: later runs load "
+                     f"them from the cache)")
 
     def improved(self, val: float) -> bool:
         """Record epoch `self.epoch`'s validation loss; whether it is the best so far."""
@@ -464,35 +527,31 @@ class Run:
         compiling = CompileWatch()  # every kernel warms before anything is timed
         with watch_compilation(self.observer.compile_start, compiling):
             warm = warm_positions()
+        tr = self.cfg["training"]
+        store = targets = None
         if data is None:
             self.observer.load_start(self.cfg["data"]["train"])
             t0 = time.perf_counter()
-            data = load_data(self.cfg, self.log)
-            self.observer.load_end(len(data.positions), time.perf_counter() - t0)
+            if tr["mode"] == "eager":
+                data = load_data(self.cfg, self.log)
+            else:  # the positions go into the store as they are read, and are not kept
+                data, store = stream_data(self, lambda sample: self.prepare(compiling, warm,
+                                                                             sample))
+            self.observer.load_end(len(data), time.perf_counter() - t0)
         held = (f"{len(data.val):,} ({data.val_games:,} whole games, none of them trained on)"
                 if len(data.val) else "0 (no validation)")
         self.log(f"train {len(data.train):,} positions ({data.train_games:,} games), validation "
                  f"{held}; "
                  f"{self.registry.n_params} parameters "
                  f"({int((~self.registry.constant).sum())} tunable); {self.n_threads} thread(s)")
-        with watch_compilation(self.observer.compile_start, compiling):
-            if self.k is None:
-                self.k = self.fit_k(data)
-            try:
-                targets = blend_targets(data.results, data.score_cp, self.k,
-                                        self.cfg["loss"]["score_blend"])
-            except ValueError as e:
-                raise TrainingError(f"[loss] score_blend: {e}") from None
-            try:
-                warm_up(self, *warm)
-            except FreezeError as e:
-                raise self.unplayable(e) from None
-        if compiling.compiled:
-            self.observer.compile_end(compiling.seconds)
-            self.log(f"compiled the kernels in {compiling.seconds:.1f} s (once: later runs load "
-                     f"them from the cache)")
-        tr = self.cfg["training"]
-        store = self.replay_store(data, targets)
+        if store is None:
+            def sample():
+                rows = data.train[fit_sample(len(data.train))]
+                return data.positions[rows], data.results[rows]
+
+            self.prepare(compiling, warm, sample)
+            targets = self.targets(data.results, data.score_cp)
+            store = self.replay_store(data, targets)
         workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
                           tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
                           store=store, loss=self.loss_form)
@@ -534,7 +593,7 @@ class Run:
         engine's defaults), with the engine's integer evaluation where the evaluation has one."""
         if self.best_epoch == 0:
             return
-        positions, results = data.positions[data.val], data.results[data.val]
+        positions, results = data.held_out(), data.results[data.val]
         start = initial_params(self.cfg, self.registry)
         rows = [("starting parameters", start), (f"tuned (best epoch {self.best_epoch})",
                                                  self.best_theta)]

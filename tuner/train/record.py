@@ -5,7 +5,8 @@ The loss is recorded with the position: ``(sigmoid(K * eval) - target)^2`` or th
 scalar of the record. A micro-batch is recorded in two segments (every evaluation, then every
 loss chain; see `tuner.tape.player`), and ``slots[0, i]`` / ``slots[1, i]`` are position i's
 evaluation and loss. The eager trainer does this every epoch and sweeps the recording; the replay
-trainer does it once per position and freezes the recordings into a store (`record_store`).
+trainer does it once per position and freezes the recordings into a store (`StoreRecorder`,
+`record_store`).
 Both then run the same records through the same sweeps, so they agree bit for bit.
 """
 from __future__ import annotations
@@ -63,46 +64,97 @@ def record_positions(evaluation, tape, scratch, positions, results, rows, k, los
             tape, scratch = grow(tape), evaluation.new_scratch()
 
 
+class StoreRecorder:
+    """Records positions into a `Store` as they come, batch by batch: what a replay run does
+    while it reads its data (`tuner.train.stream`), so that the positions are never all held.
+
+    Every position is recorded once with its loss (record form `loss`, K `k`, the target given
+    with it) in micro-batches of `micro` consecutive positions counted from the first one given,
+    whatever the batches `add` is called with: a batch's last, partial micro-batch waits for the
+    next batch (or `finish`). Micro-batches are recorded on `n_threads` threads and go into the
+    store in order as soon as their turn comes (a finished micro-batch waits only for the ones
+    before it), so the recordings are never all held at once either; the store is the same for
+    any thread count and any batches. `expected` positions (a hint) size the store's arrays.
+    `progress(n)` is called (from the worker threads) after each micro-batch of n positions.
+    """
+
+    def __init__(self, evaluation, k: float, n_threads: int, micro: int = 1024,
+                 expected: int = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR):
+        reg = evaluation.registry
+        self.evaluation, self.k, self.loss, self.micro = evaluation, k, loss, micro
+        self.n_threads, self.progress = n_threads, progress
+        self.builder = StoreBuilder(reg.n_values, reg.n_params, expected)
+        self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
+        self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
+        self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
+        self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        self.lock = threading.Lock()
+        self.done = 0                  # positions in the store
+        self.pending = (np.zeros((0, 9), np.uint64), np.zeros(0))   # a partial micro-batch
+
+    def add(self, positions: np.ndarray, targets: np.ndarray) -> None:
+        """Record `positions` (uint64[n, 9]) with their targets (float64[n]), after the ones
+        given before."""
+        if len(self.pending[1]):
+            positions = np.concatenate([self.pending[0], positions])
+            targets = np.concatenate([self.pending[1], targets])
+        whole = len(targets) // self.micro * self.micro
+        self._record(positions, targets, whole)
+        self.pending = (positions[whole:].copy(), targets[whole:].copy())
+
+    def finish(self) -> Store:
+        """The store of every position added (the recorder is spent)."""
+        try:
+            self._record(*self.pending, len(self.pending[1]))
+            return self.builder.finish()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _record(self, positions, targets, n: int) -> None:
+        """The first `n` of `positions` into the store, micro-batch by micro-batch."""
+        micro, base = self.micro, self.done
+        n_chunks = math.ceil(n / micro)
+        ready: dict[int, object] = {}
+        turn = [0]        # the next micro-batch to go into the store
+        rows = np.arange(n, dtype=np.int64)
+
+        def work(w):
+            for c in range(w, n_chunks, self.n_threads):
+                lo, hi = c * micro, min(n, (c + 1) * micro)
+                slots = self.slots[w][:, : hi - lo]
+                self.tapes[w], self.scratch[w] = record_positions(
+                    self.evaluation, self.tapes[w], self.scratch[w], positions, targets,
+                    rows[lo:hi], self.k, self.loss, slots)
+                part = extract(self.tapes[w].rec, slots, base=base + lo)
+                with self.lock:
+                    ready[c] = part
+                    while turn[0] in ready:
+                        self.builder.add(ready.pop(turn[0]))
+                        turn[0] += 1
+                if self.progress is not None:
+                    self.progress(hi - lo)
+
+        if self.pool is not None:
+            for f in [self.pool.submit(work, w) for w in range(self.n_threads)]:
+                f.result()
+        else:
+            work(0)
+        self.done += n
+
+
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,
                  n_threads: int, micro: int = 1024, progress=None,
                  loss: int = F_SIGMOID_SQ_ERR) -> Store:
-    """Record every position with its loss (record form `loss`) once and freeze the recordings
-    into a `Store`.
-
-    Micro-batches are recorded in parallel and go into the store in order as soon as their
-    turn comes (a finished micro-batch waits only for the ones before it), so the recordings
-    are never all held at once; the store is the same for any thread count.
-    `progress(n)` is called (from the worker threads) after each micro-batch of n positions.
-    """
-    reg = evaluation.registry
-    n = len(positions)
-    n_chunks = math.ceil(n / micro)
-    builder = StoreBuilder(reg.n_values, reg.n_params, n)
-    ready: dict[int, object] = {}
-    turn = [0]        # the next micro-batch to go into the store
-    lock = threading.Lock()
-    rows = np.arange(n, dtype=np.int64)
-
-    def work(w):
-        tape, scratch = new_training_tape(reg, micro), evaluation.new_scratch()
-        slots = np.zeros((2, micro), np.int64)
-        for c in range(w, n_chunks, n_threads):
-            lo, hi = c * micro, min(n, (c + 1) * micro)
-            tape, scratch = record_positions(evaluation, tape, scratch, positions, results,
-                                             rows[lo:hi], k, loss, slots[:, : hi - lo])
-            part = extract(tape.rec, slots[:, : hi - lo], base=lo)
-            with lock:
-                ready[c] = part
-                while turn[0] in ready:
-                    builder.add(ready.pop(turn[0]))
-                    turn[0] += 1
-            if progress is not None:
-                progress(hi - lo)
-
-    if n_threads > 1:
-        with ThreadPoolExecutor(n_threads) as pool:
-            for f in [pool.submit(work, w) for w in range(n_threads)]:
-                f.result()
-    else:
-        work(0)
-    return builder.finish()
+    """Record every position with its loss (record form `loss`, target `results`) once and
+    freeze the recordings into a `Store` (a `StoreRecorder` given them all at once)."""
+    recorder = StoreRecorder(evaluation, k, n_threads, micro, len(positions), progress, loss)
+    try:
+        recorder.add(positions, results)
+    except BaseException:
+        recorder.close()
+        raise
+    return recorder.finish()
