@@ -30,7 +30,9 @@ class Observer:
         """The datasets are loaded: `n_positions` positions in `seconds`."""
 
     def record_start(self, n_positions: int) -> None:
-        """Recording every position once (the replay store) starts."""
+        """Recording every position once (the replay store) starts: `n_positions` of them, or
+        at most that many (rows of the files, bad ones included) when a replay run records
+        its positions as it reads them, between `load_start` and `load_end`."""
 
     def record_progress(self, n: int) -> None:
         """`n` more positions are recorded."""
