@@ -44,7 +44,6 @@ from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
-from .plot import write_loss_plot
 from .progress import Observer
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .split import Split, group_ids, split_by_group
@@ -296,6 +295,8 @@ class Run:
             lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
         atomic_write(self.out / "loss.csv", "\n".join(lines) + "\n")
         if h["epoch"]:
+            from .plot import write_loss_plot  # matplotlib (40 MB) loaded only when it draws
+
             write_loss_plot(self.out / "loss.png", h, best_epoch=self.best_epoch or None,
                             title=f"{self.evaluation.name} loss")
 

@@ -74,8 +74,11 @@ class StoreRecorder:
     next batch (or `finish`). Micro-batches are recorded on `n_threads` threads and go into the
     store in order as soon as their turn comes (a finished micro-batch waits only for the ones
     before it), so the recordings are never all held at once either; the store is the same for
-    any thread count and any batches. `expected` positions (a hint) size the store's arrays.
-    `progress(n)` is called (from the worker threads) after each micro-batch of n positions.
+    any thread count and any batches. With several threads, `add` returns as soon as the batch's
+    recording has started, so that the caller reads the next batch meanwhile; the next `add`
+    (or `finish`) waits for it and raises what it raised. `expected` positions (a hint) size the
+    store's arrays. `progress(n)` is called (from the worker threads) after each micro-batch of
+    n positions.
     """
 
     def __init__(self, evaluation, k: float, n_threads: int, micro: int = 1024,
@@ -89,33 +92,45 @@ class StoreRecorder:
         self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
         self.lock = threading.Lock()
-        self.done = 0                  # positions in the store
+        self.done = 0                  # positions given to the workers
         self.pending = (np.zeros((0, 9), np.uint64), np.zeros(0))   # a partial micro-batch
+        self.running: list = []        # the workers' futures of the last batch
 
     def add(self, positions: np.ndarray, targets: np.ndarray) -> None:
         """Record `positions` (uint64[n, 9]) with their targets (float64[n]), after the ones
         given before."""
+        self.wait()
         if len(self.pending[1]):
             positions = np.concatenate([self.pending[0], positions])
             targets = np.concatenate([self.pending[1], targets])
         whole = len(targets) // self.micro * self.micro
-        self._record(positions, targets, whole)
         self.pending = (positions[whole:].copy(), targets[whole:].copy())
+        self._record(positions, targets, whole)
 
     def finish(self) -> Store:
         """The store of every position added (the recorder is spent)."""
         try:
+            self.wait()
             self._record(*self.pending, len(self.pending[1]))
-            return self.builder.finish()
+            self.wait()
+            builder, self.builder = self.builder, None  # its arrays are the store's (or freed)
+            return builder.finish()
         finally:
             self.close()
+
+    def wait(self) -> None:
+        """Until the last batch is recorded (its workers' exceptions raised here)."""
+        running, self.running = self.running, []
+        for f in running:
+            f.result()
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
 
     def _record(self, positions, targets, n: int) -> None:
-        """The first `n` of `positions` into the store, micro-batch by micro-batch."""
+        """Start recording the first `n` of `positions` into the store, micro-batch by
+        micro-batch (done before returning on one thread)."""
         micro, base = self.micro, self.done
         n_chunks = math.ceil(n / micro)
         ready: dict[int, object] = {}
@@ -138,12 +153,11 @@ class StoreRecorder:
                 if self.progress is not None:
                     self.progress(hi - lo)
 
+        self.done += n
         if self.pool is not None:
-            for f in [self.pool.submit(work, w) for w in range(self.n_threads)]:
-                f.result()
+            self.running = [self.pool.submit(work, w) for w in range(self.n_threads)]
         else:
             work(0)
-        self.done += n
 
 
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,

@@ -41,21 +41,25 @@ def group_ids(sizes: Sequence[int], games: Sequence[np.ndarray | None],
               block: int = DEFAULT_BLOCK) -> np.ndarray:
     """One group (game) number per position of datasets concatenated in order: dataset d's
     ``games[d]`` (any integers, renumbered so that no two datasets share a group) or, where that
-    is None, blocks of `block` consecutive positions."""
+    is None, blocks of `block` consecutive positions. The numbers are 0, 1, ... with none left
+    out, int32 when every position could be a group of its own in that type (4 bytes each)."""
     if block < 1:
         raise ValueError(f"block must be at least 1, got {block}")
-    out = np.empty(int(sum(sizes)), np.int64)
+    total = int(sum(sizes))
+    out = np.empty(total, np.int32 if total <= np.iinfo(np.int32).max else np.int64)
     start = offset = 0
     for n, game in zip(sizes, games):
+        ids = out[start: start + n]
         if game is None:
-            ids = np.arange(n, dtype=np.int64) // block
+            np.floor_divide(np.arange(n, dtype=out.dtype), block, out=ids)
         else:
             if len(game) != n:
                 raise ValueError(f"{len(game)} game numbers for {n} positions")
-            ids = np.unique(game, return_inverse=True)[1].astype(np.int64)
-        out[start: start + n] = ids + offset
+            ids[:] = np.unique(game, return_inverse=True)[1]
+        top = int(ids.max()) + 1 if n else 0
+        ids += offset
         start += n
-        offset += int(ids.max()) + 1 if n else 0
+        offset += top
     return out
 
 
@@ -63,13 +67,25 @@ def split_by_group(groups: np.ndarray, fraction: float, seed: int) -> Split:
     """Hold out whole groups, drawn in a seeded random order, until at least ``fraction`` of the
     positions are held out (none for 0). Every group lies entirely on one side."""
     n = len(groups)
-    uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    inverse, counts = _numbered(groups)
     want = int(round(fraction * n))
-    order = np.random.default_rng(seed).permutation(len(uniq))
+    order = np.random.default_rng(seed).permutation(len(counts))
     # The fewest groups, in drawing order, whose positions reach `want`.
     n_val_groups = 0 if want == 0 else int(np.searchsorted(np.cumsum(counts[order]), want) + 1)
-    held = np.zeros(len(uniq), bool)
+    held = np.zeros(len(counts), bool)
     held[order[:n_val_groups]] = True
     is_val = held[inverse]
     return Split(np.flatnonzero(~is_val), np.flatnonzero(is_val),
-                 len(uniq) - n_val_groups, n_val_groups)
+                 len(counts) - n_val_groups, n_val_groups)
+
+
+def _numbered(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's group as its rank among the distinct groups, and each group's size:
+    `groups` itself and a count when they are 0, 1, ... with none left out (what `group_ids`
+    makes: no sort, no copy), else from `np.unique`."""
+    if len(groups) and groups.min() >= 0:
+        counts = np.bincount(groups)
+        if counts.all():
+            return groups, counts
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return inverse, counts
