@@ -1,9 +1,10 @@
 """Scaling table: replay training from Parquet at 1x, 4x, 16x and 32x the shipped sample.
 
-For each evaluation and size, one fresh process (so that its peak memory is its own) loads a
-Parquet file of the sample tiled to that size, records the replay store (2 threads), then
-times epochs on 1 and 2 threads (batch 262,144, AdamW as configs/clockwork-seed.toml). Writes a
-Markdown table (--out, default benchmarks/scaling.md) and prints it.
+For each evaluation and size, one fresh process (so that its peak memory is its own) streams a
+Parquet file of the sample tiled to that size into the replay store (2 threads) as `tuner train`
+does (tuner/train/stream.py: reading and recording are one pass), then times epochs on 1 and 2
+threads (batch 262,144, AdamW as configs/clockwork-seed.toml). Writes a Markdown table (--out,
+default benchmarks/scaling.md) and prints it.
 
     .venv/bin/python benchmarks/scaling.py [--multiples 1 4 16 32] [--epochs E]
                                            [--evaluations clockwork clockwork-10d79e6]
@@ -20,10 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tuner.compiling import CompileWatch
 from tuner.tape.player import store_len, store_nbytes
 from tuner.train.bench import SAMPLE, sample_table, write_tiled_parquet
 from tuner.train.config import validate
-from tuner.train.loop import Run, load_data
+from tuner.train.loop import Run
+from tuner.train.stream import stream_data
+from tuner.train.warmup import warm_positions
 from tuner.train.workers import Workers
 
 BATCH = 262_144
@@ -32,7 +36,7 @@ RECORD_THREADS = 2
 K = 1 / 400
 THREADS = (1, 2)
 COLUMNS = ("evaluation", "positions", "threads", "s/epoch", "positions/s", "store B/pos",
-           "peak MB", "peak B/pos", "load s", "record s", "Parquet to first epoch s")
+           "peak MB", "peak B/pos", "Parquet to first epoch s")
 
 
 def child(evaluation: str, path: str, epochs: int) -> None:
@@ -45,18 +49,16 @@ def child(evaluation: str, path: str, epochs: int) -> None:
                                  "micro_batch_size": MICRO, "threads": RECORD_THREADS}}, "bench")
     with tempfile.TemporaryDirectory() as tmp:
         run = Run(cfg, Path(tmp), log=lambda line: None)
+        run.prepare(CompileWatch(), warm_positions(), None)  # as `tuner train`: before the load
         t0 = time.perf_counter()
-        data = load_data(cfg, lambda line: None)
-        t1 = time.perf_counter()
-        targets = data.results  # no score blend
-        store = run.replay_store(data, targets)
+        data, store = stream_data(run, lambda sample: None)  # K is known: nothing to fit
         t2 = time.perf_counter()
         n = store_len(store)
         for threads in THREADS:
             workers = Workers(run.evaluation, threads, MICRO, min(BATCH, n), store=store)
-            workers.loss_grad(run.theta, data.positions, targets, data.train[:MICRO],
+            workers.loss_grad(run.theta, None, None, data.train[:MICRO],
                               K)  # compiled (or loaded from the cache) untimed
-            secs = [run.run_epoch(data, targets, workers)["seconds"] for _ in range(epochs)]
+            secs = [run.run_epoch(data, None, workers)["seconds"] for _ in range(epochs)]
             workers.close()
             med = statistics.median(secs)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -65,7 +67,6 @@ def child(evaluation: str, path: str, epochs: int) -> None:
                 "s/epoch": round(med, 3), "positions/s": round(n / med),
                 "store B/pos": round(store_nbytes(store) / n),
                 "peak MB": round(peak / 2**20), "peak B/pos": round(peak / n),
-                "load s": round(t1 - t0, 2), "record s": round(t2 - t1, 2),
                 "Parquet to first epoch s": round(t2 - t0, 2)}), flush=True)
 
 

@@ -463,7 +463,8 @@ class Run:
 
     def prepare(self, compiling: CompileWatch, warm: tuple, sample) -> None:
         """What recording needs: K (fitted to ``sample()``'s positions and results if the
-        config says ``k = "fit"``) and every kernel warmed (compiled on a cold cache, logged)."""
+        config says ``k = "fit"``; `sample` may be None otherwise) and every kernel warmed on
+        `warm` (`warm_positions`; compiled on a cold cache, which is logged)."""
         with watch_compilation(self.observer.compile_start, compiling):
             if self.k is None:
                 self.k = self.fit_k(*sample())
@@ -530,14 +531,17 @@ class Run:
             warm = warm_positions()
         tr = self.cfg["training"]
         store = targets = None
+        streamed = data is None and tr["mode"] != "eager"
+        if streamed and self.k is not None:  # warmed first: the load's time is the data's own
+            self.prepare(compiling, warm, None)
         if data is None:
             self.observer.load_start(self.cfg["data"]["train"])
             t0 = time.perf_counter()
-            if tr["mode"] == "eager":
-                data = load_data(self.cfg, self.log)
-            else:  # the positions go into the store as they are read, and are not kept
+            if streamed:  # the positions go into the store as they are read, and are not kept
                 data, store = stream_data(self, lambda sample: self.prepare(compiling, warm,
                                                                              sample))
+            else:
+                data = load_data(self.cfg, self.log)
             self.observer.load_end(len(data), time.perf_counter() - t0)
         held = (f"{len(data.val):,} ({data.val_games:,} whole games, none of them trained on)"
                 if len(data.val) else "0 (no validation)")

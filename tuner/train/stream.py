@@ -150,14 +150,13 @@ def _finish(run: Run, recorder: StoreRecorder, t0: float) -> Store:
     return store
 
 
-def stream_data(run: Run, prepare: Callable[[Callable[[], tuple] | None], None]
-                ) -> tuple[Data, Store]:
+def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tuple[Data, Store]:
     """``[data] train`` of `run` streamed into its replay store (see the module docstring): the
     data (without its positions; with the validation positions) and the store.
 
-    ``prepare(sample)`` is called once before anything is recorded: it fits K if the run has
-    none, to the positions and results ``sample()`` returns (`sample` is None when K is
-    known), and warms the kernels.
+    When the run has no K yet, ``prepare(sample)`` is called before anything is recorded: it
+    fits K to the positions and results ``sample()`` returns and warms the kernels. With a K,
+    the caller warms them first (`Run.prepare`).
     """
     from .loop import Data, find_data, split_data
 
@@ -172,7 +171,6 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple] | None], None]
         digest = DataDigest() if tr["store_cache"] else None
         store = None
         if run.k is not None and digest is None:  # record while reading
-            prepare(None)
             t0 = time.perf_counter()
             with _recording(run, expected) as recorder:
                 _read(run, readers, recorder, None, labels)
@@ -189,7 +187,8 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple] | None], None]
                 rows = split.train[fit_sample(len(split.train))]
                 return _positions(readers, labels.sizes, rows), results[rows]
 
-            prepare(sample)
+            if run.k is None:
+                prepare(sample)
             if digest is not None:
                 store = run.cached_store(run.store_key(digest))
             if store is None:
