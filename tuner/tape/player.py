@@ -636,6 +636,26 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # Playing.
 # ------------------------------------------------------------------------------------------------
 
+@njit(**JIT, inline="always")
+def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef) -> None:
+    """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to
+    first) read: the header of the one `PREFETCH_ROW` ahead, every cache line of the operands of
+    the one `PREFETCH_OPERANDS` ahead."""
+    if i >= PREFETCH_ROW:
+        ahead = rows[i - PREFETCH_ROW]
+        _prefetch(tmpl, ahead)
+        _prefetch(opnd_off, ahead)
+        _prefetch(nary, ahead * nary.shape[1])
+        _prefetch(scalars, ahead * scalars.shape[1])
+    if i >= PREFETCH_OPERANDS:
+        ahead = rows[i - PREFETCH_OPERANDS]
+        q, end = opnd_off[ahead], opnd_off[ahead + 1]
+        while q < end:
+            _prefetch(idx, q)
+            _prefetch(coef, q)
+            q += 32
+
+
 @njit(**JIT)
 def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
     """Play positions ``rows`` last to first: ``outputs[i]`` = the segment outputs of
@@ -659,19 +679,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
     n_seg = t_outs.shape[1]
     t_linear = st.t_linear
     for i in range(rows.shape[0] - 1, -1, -1):
-        if i >= PREFETCH_ROW:  # the header of a position ahead
-            ahead = rows[i - PREFETCH_ROW]
-            _prefetch(tmpl, ahead)
-            _prefetch(opnd_off, ahead)
-            _prefetch(nary, ahead * nary.shape[1])
-            _prefetch(scalars, ahead * scalars.shape[1])
-        if i >= PREFETCH_OPERANDS:  # every cache line of the operands of a nearer one
-            ahead = rows[i - PREFETCH_OPERANDS]
-            q, end = opnd_off[ahead], opnd_off[ahead + 1]
-            while q < end:
-                _prefetch(idx, q)
-                _prefetch(coef, q)
-                q += 32
+        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef)
         p = rows[i]
         t = tmpl[p]
         r0, r1 = t_first[t], t_first[t + 1]

@@ -12,6 +12,12 @@ gradient is the same sum in a fixed order (only its rounding differs from the sh
 and the player then reads the store forwards instead of jumping about it: each position's data
 follows the previous one's closely, so the memory system streams it instead of paying a random
 access per position (see the README's Performance section for the measured difference).
+
+**Specialised players.** A replay store of at least `SPECIALISE_FROM` positions is played by
+code written for its templates (`tuner.tape.specialise`): the same op calls as the interpreter,
+so the same bits, without decoding every record of every position. Compiling it takes seconds
+(once per evaluation and version of the sources: Numba caches it), which a smaller store would
+not win back.
 """
 from __future__ import annotations
 
@@ -24,8 +30,14 @@ import numpy as np
 from tuner.tape import new_arena, set_params
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import arena_size, build_store, extract, store_len
+from tuner.tape.specialise import specialisable, specialise
 from .kernels import WORD_BITS, reduce_chunks, replay_chunks, store_order
 from .record import new_training_tape, record_positions
+
+
+#: Replay stores of at least this many positions get a specialised player (see the module
+#: docstring); `Workers(specialised=...)` decides otherwise.
+SPECIALISE_FROM = 100_000
 
 
 def resolve_threads(threads: int) -> int:
@@ -49,11 +61,14 @@ class Workers:
     Eager without a `store` (each micro-batch recorded on the worker's tape every time); with one
     (`tuner.train.record.record_store`) the frozen positions are played instead.
     `in_store_order` takes each batch's positions in store order (see the module docstring);
-    False keeps the order given, for benchmarks that compare the two.
+    False keeps the order given, for benchmarks that compare the two. `specialised` chooses the
+    replay player: a specialised one (True), the interpreter (False) or by the store's size
+    (None, see `SPECIALISE_FROM`); the results are the same bits either way.
     """
 
     def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None,
-                 loss: int = F_SIGMOID_SQ_ERR, in_store_order: bool = True):
+                 loss: int = F_SIGMOID_SQ_ERR, in_store_order: bool = True,
+                 specialised: bool | None = None):
         reg = evaluation.registry
         self.loss = loss  # the loss record form eager epochs record
         self.evaluation = evaluation
@@ -76,6 +91,15 @@ class Workers:
             self.arenas = [new_arena(self.n_values, self.n_pairs) for _ in range(n_threads)]
         else:  # replay: parameters plus one position's temporaries, per worker
             self.arenas = [new_arena(*arena_size(store)) for _ in range(n_threads)]
+        if specialised is None:
+            specialised = store is not None and store_len(store) >= SPECIALISE_FROM
+        specialised = specialised and store is not None and specialisable(store)
+        #: The compiled driver of replay epochs: `replay_chunks`, over the interpreter or over
+        #: the store's specialised player.
+        self.replay_chunks = replay_chunks
+        if specialised:
+            self.replay_chunks = specialise(store, [replay_chunks]).replay_chunks
+            self._warm()
 
     def close(self) -> None:
         if self.pool is not None:
@@ -99,6 +123,15 @@ class Workers:
         replay_chunks(store, self.arenas[w], np.arange(n), n, np.zeros(1, np.int64), seed,
                       with_grad, self.outputs[w], grad_out.reshape(1, -1), sse)
         return sse[0]
+
+    def _warm(self) -> None:
+        """Compile (or load) the replay driver now, on one position, not in the first epoch
+        (it leaves no trace: the gradient buffer it writes is zeroed again)."""
+        if store_len(self.store):
+            one = np.zeros(1, np.int64)
+            self.replay_chunks(self.store, self.arenas[0], one, 1, one, 1.0, True,
+                               self.outputs[0], self.chunk_grads, np.zeros(1))
+            self.chunk_grads[0] = 0.0
 
     def _in_store_order(self, order, n_rows: int):
         """`order` sorted (a view of a buffer reused by the next call)."""
@@ -135,7 +168,7 @@ class Workers:
         def work(w):
             if self.store is not None:  # replay: one compiled call for all of w's chunks
                 set_params(self.arenas[w], pairs, values)
-                replay_chunks(self.store, self.arenas[w], order, self.micro,
+                self.replay_chunks(self.store, self.arenas[w], order, self.micro,
                               np.arange(w, n_chunks, self.n_threads), seed, with_grad,
                               self.outputs[w], self.chunk_grads, sse)
                 return

@@ -1,0 +1,217 @@
+"""Template players: a store's record structures compiled into straight-line code.
+
+`tuner.tape.player.play` interprets: for every record of every position it loads the record's
+tag, slots and scalar columns and branches on its form. Most stores hold a handful of record
+structures (*templates*; both reference evaluations have exactly one), and the player then spends
+most of its time deciding again what it decided for the previous position. `specialise` writes,
+for the templates of one store, a Python module in which each template is a block of calls with
+its slots, kernels and template constants written in as literals, compiles it with Numba (cached
+on disk like every other kernel: the file is named after its contents) and returns it.
+
+The calls are the interpreter's, from one table (`CALLS`, form by form, forward and backward): the
+same op functions with the same arguments in the same order. A specialised player therefore gives
+the interpreter's results bit for bit (a test runs every form through both); it only skips the
+decoding. A store with more than `MAX_TEMPLATES` templates is not specialised
+(`specialisable`): the interpreter plays it.
+
+Callers that drive `play` from compiled code (`tuner.train.kernels.replay_chunks`) pass those
+drivers to `specialise`: their source is copied into the generated module, where the name `play`
+is the specialised player, so a driver is written once and there is no call through a function
+pointer per chunk.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
+                  F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
+                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV,
+                  FORM_NAMES, FORM_NARY, KERNEL_BITS, N_FORMS, S_NONE)
+from .player import Store
+
+#: Per form: the forward and the backward call of `tuner.tape.player.play` (None: no backward, a
+#: leaf). ``{o} {a} {b}`` are the output and operand slots (n-ary: first operand, count), ``{k}``
+#: the kernel, ``{s0} {s1}`` the scalars.
+CALLS = {
+    F_VV: ("_vv_fwd(val, {o}, {a}, {b}, {k})", "_vv_bwd(val, vg, {o}, {a}, {b}, {k})"),
+    F_VS: ("_vs_fwd(val, {o}, {a}, {s0}, {k})", "_vs_bwd(val, vg, {o}, {a}, {s0}, {k})"),
+    F_SV: ("_sv_fwd(val, {o}, {a}, {s0}, {k})", "_sv_bwd(val, vg, {o}, {a}, {s0}, {k})"),
+    F_V: ("_vs_fwd(val, {o}, {a}, 0.0, {k})", "_vs_bwd(val, vg, {o}, {a}, 0.0, {k})"),
+    F_PP: ("_pp_fwd(pv, {o}, {a}, {b}, {k})", "_pp_bwd(pv, pg, {o}, {a}, {b}, {k})"),
+    F_PS: ("_ps_fwd(pv, {o}, {a}, {s0}, {k})", "_ps_bwd(pv, pg, {o}, {a}, {s0}, {k})"),
+    F_SP: ("_sp_fwd(pv, {o}, {a}, {s0}, {k})", "_sp_bwd(pv, pg, {o}, {a}, {s0}, {k})"),
+    F_PV: ("_pv_fwd(val, pv, {o}, {a}, {b}, {k})", "_pv_bwd(val, vg, pv, pg, {o}, {a}, {b}, {k})"),
+    F_VP: ("_vp_fwd(val, pv, {o}, {a}, {b}, {k})", "_vp_bwd(val, vg, pv, pg, {o}, {a}, {b}, {k})"),
+    F_P: ("_ps_fwd(pv, {o}, {a}, 0.0, {k})", "_ps_bwd(pv, pg, {o}, {a}, 0.0, {k})"),
+    F_EG_SCALE: ("_eg_scale_fwd(pv, {o}, {a}, {s0})", "_eg_scale_bwd(pg, {o}, {a}, {s0})"),
+    F_ADD_CLAMPED_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, False)",
+                       "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, False)"),
+    F_PHASE: ("_phase_fwd(val, pv, {o}, {a}, {s0})", "_phase_bwd(vg, pg, {o}, {a}, {s0})"),
+    F_SUM: ("_sum_fwd(val, idx, {o}, {a}, {b})", "_sum_bwd(vg, idx, {o}, {a}, {b})"),
+    F_LINCOMB_PAIR: ("_lincomb_pair_fwd(pv, idx, coef, {o}, {a}, {b})",
+                     "_lincomb_pair_bwd(pg, idx, coef, {o}, {a}, {b})"),
+    F_LINCOMB_VALUE: ("_lincomb_value_fwd(val, idx, coef, {o}, {a}, {b})",
+                      "_lincomb_value_bwd(vg, idx, coef, {o}, {a}, {b})"),
+    F_ADD_WINNABLE_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, True)",
+                        "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, True)"),
+    F_EG_SCALE_BY_SIGN: ("_eg_scale_by_sign_fwd(pv, {o}, {a}, {s0}, {s1})",
+                         "_eg_scale_by_sign_bwd(pv, pg, {o}, {a}, {s0}, {s1})"),
+    F_CONST: ("_const_fwd(val, {o}, {s0})", None),
+    F_CONST_PAIR: ("_const_pair_fwd(pv, {o}, {s0}, {s1})", None),
+    F_SIGMOID_SQ_ERR: ("_sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
+                       "_sigmoid_sq_err_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
+    F_SIGMOID_XENT: ("_sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
+                     "_sigmoid_xent_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
+}
+assert sorted(CALLS) == list(range(N_FORMS)), "every form needs its calls"
+
+#: Stores with more templates than this are left to the interpreter (a block per template makes
+#: the generated function, and its compilation, grow with their number).
+MAX_TEMPLATES = 8
+#: What the specialised ``play`` returns for a position of a template it has no block for (a
+#: record tag is below it).
+NO_BLOCK = 1 << 16
+
+_HEADER = '''\
+"""Generated by tuner.tape.specialise for {n_templates} template(s); do not edit."""
+import numpy as np
+from numba import njit
+from tuner.tape.ops import ({ops})
+from tuner.tape.player import JIT, prefetch_ahead
+'''
+
+
+def _literal(x: float) -> str:
+    """Python source for the float `x`, exactly (repr round-trips every finite double)."""
+    if np.isnan(x):
+        return "np.nan"
+    if np.isinf(x):
+        return "np.inf" if x > 0 else "-np.inf"
+    return repr(float(x))
+
+
+def template_lines(st: Store, t: int) -> list[str]:
+    """The body of template `t`'s block: forward calls, outputs, then (with gradients) the
+    temporaries' gradients cleared, the seed and the backward calls in reverse."""
+    r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
+    v0, p0 = int(st.params[0]), int(st.params[1])
+    fwd, bwd = [], []
+    for r in range(r0, r1):
+        op = int(st.t_op[r])
+        form, k = op >> KERNEL_BITS, op & 15
+        if form >= N_FORMS:
+            raise ValueError(f"template {t}, record {r - r0}: unknown record tag {op}")
+        s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
+             else _literal(st.t_sconst[r, j]) for j in range(2)]
+        a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
+        if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
+            fwd.append(f"a{r - r0} = q")
+            fwd.append(f"n{r - r0} = nary[p, {b}]")
+            fwd.append(f"q += n{r - r0}")
+            a, b = f"a{r - r0}", f"n{r - r0}"
+        f_call, b_call = CALLS[form]
+        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1])
+        fwd.append(f"{f_call.format(**args)}  # {FORM_NAMES[form]}")
+        if b_call is not None:
+            bwd.append(b_call.format(**args))
+    n_seg = st.t_out_slots.shape[1]
+    for seg in range(n_seg):
+        o = int(st.t_out_slots[t, seg])
+        fwd.append(f"outputs[i, {seg}] = " + (f"val[{o}]" if o >= 0 else "np.nan"))
+    grad = ["if with_grad:"]
+    nv, npr = int(st.t_temps[t, 0]), int(st.t_temps[t, 1])
+    if nv:
+        grad.append(f"    vg[{v0}:{v0 + nv}] = 0.0")
+    if npr:
+        grad.append(f"    pg[{p0}:{p0 + npr}, :] = 0.0")
+    grad.append(f"    vg[{int(st.t_out_slots[t, n_seg - 1])}] += seed")
+    grad += ["    " + line for line in reversed(bwd)]
+    return fwd + grad
+
+
+def player_source(st: Store, drivers=()) -> str:
+    """The generated module: ``play`` (the interpreter's signature and contract) with a block for
+    each template of `st`, and the source of every function of `drivers` (compiled functions
+    whose body calls ``play``) rebound to it."""
+    imports = set()
+    blocks = []
+    for t in range(len(st.t_temps)):
+        blocks.append(f"        {'if' if t == 0 else 'elif'} t == {t}:")
+        blocks += ["            " + line for line in template_lines(st, t)]
+    blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
+    body = "\n".join(blocks)
+    driver_src = []
+    for fn in drivers:
+        py = fn.py_func
+        for name in py.__code__.co_names:
+            if name != "play" and name in py.__globals__ and not name.startswith("__"):
+                imports.add((py.__module__, name))
+        driver_src.append(inspect.getsource(py))
+    lines = [_HEADER.format(n_templates=len(st.t_temps),
+                            ops=", ".join(sorted({c.split("(")[0] for pair in CALLS.values()
+                                                  for c in pair if c})))]
+    lines += [f"from {m} import {n}" for m, n in sorted(imports)]
+    lines.append(f'''
+
+@njit(**JIT)
+def play(st, arena, rows, seed, with_grad, outputs):
+    """`tuner.tape.player.play` with the store's templates written out; {NO_BLOCK} for a
+    position of another template."""
+    val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
+    tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
+                                                st.index, st.coef)
+    for i in range(rows.shape[0] - 1, -1, -1):
+        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef)
+        p = rows[i]
+        t = tmpl[p]
+        q = opnd_off[p]
+{body}
+    return -1
+''')
+    lines += ["\n" + src for src in driver_src]
+    return "\n".join(lines)
+
+
+def specialisable(st: Store) -> bool:
+    """Whether `specialise` writes a player for `st` (it has at most `MAX_TEMPLATES` templates)."""
+    return len(st.t_temps) <= MAX_TEMPLATES
+
+
+def _folder() -> Path:
+    """Where generated modules live: beside Numba's cache (one folder per version of the package's
+    sources, see `tuner`), so a module never outlives the code it was generated for."""
+    base = os.environ.get("NUMBA_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "tuner") / "players"
+
+
+def specialise(st: Store, drivers=()) -> ModuleType:
+    """The compiled module of `player_source` for `st` (written once, then imported; Numba caches
+    its machine code like any other module's). ValueError if not `specialisable`."""
+    if not specialisable(st):
+        raise ValueError(f"{len(st.t_temps)} templates: more than a specialised player is written "
+                         f"for ({MAX_TEMPLATES})")
+    source = player_source(st, drivers)
+    digest = hashlib.blake2b(source.encode(), digest_size=10).hexdigest()
+    name = f"tuner_player_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = _folder()
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(source)
+        os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the new one
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
