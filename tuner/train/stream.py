@@ -32,6 +32,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from tuner.data.loader import DatasetReader
 from tuner.tape.player import FreezeError, Store
@@ -61,16 +62,17 @@ class DataDigest:
 
 
 class _Labels:
-    """What the first pass keeps of every dataset: results and game numbers."""
+    """What the first pass keeps of every dataset: results (as twice their value, one byte
+    each, while the store is being built) and game numbers."""
 
     def __init__(self, readers: list[DatasetReader]):
-        self.results = np.empty(sum(r.n_rows for r in readers))
+        self.halves = np.empty(sum(r.n_rows for r in readers), np.uint8)
         self.games: list[np.ndarray | None] = []
         self.sizes: list[int] = []
         self.n = 0
 
     def add(self, results: np.ndarray, game: np.ndarray | None) -> None:
-        self.results[self.n: self.n + len(results)] = results
+        self.halves[self.n: self.n + len(results)] = results * 2  # 0, 1 or 2: exact
         if game is not None:
             self.games[-1][self.sizes[-1]: self.sizes[-1] + len(game)] = game
         self.sizes[-1] += len(results)
@@ -85,9 +87,11 @@ class _Labels:
         if game is not None:
             game.resize(self.sizes[-1], refcheck=False)
 
-    def trimmed(self) -> np.ndarray:
-        self.results.resize(self.n, refcheck=False)
-        return self.results
+    def results(self) -> np.ndarray:
+        """float64: every result kept (the byte per position is freed)."""
+        results = self.halves[: self.n] * 0.5
+        self.halves = None
+        return results
 
 
 def _read(run: Run, readers: list[DatasetReader], recorder: StoreRecorder | None,
@@ -105,6 +109,7 @@ def _read(run: Run, readers: list[DatasetReader], recorder: StoreRecorder | None
                 digest.update(b.positions, b.results, b.score_cp)
             if recorder is not None:
                 recorder.add(b.positions, run.targets(b.results, b.score_cp))
+        pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages
         if labels is not None:
             labels.end()
             by = "games" if reader.with_game else f"blocks of {d['split_block']:,} positions"
@@ -177,7 +182,7 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tup
                 store = _finish(run, recorder, t0)
         else:
             _read(run, readers, None, digest, labels)
-        results = labels.trimmed()
+        results = labels.results()
         groups = group_ids(labels.sizes, labels.games, d["split_block"])
         labels.games = []
         split = split_data(groups, cfg)
