@@ -131,7 +131,8 @@ def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray)
 
 @contextmanager
 def _recording(run: Run, expected: int) -> Iterator[StoreRecorder]:
-    """A recorder for `run`'s store, with the observer's record events and the log line."""
+    """A recorder for `run`'s store, with the observer's record events; a recording the player
+    refuses is `Run.unplayable`."""
     tr = run.cfg["training"]
     run.observer.record_start(expected)
     recorder = StoreRecorder(run.evaluation, run.k, run.n_threads, tr["micro_batch_size"],
@@ -147,10 +148,8 @@ def _recording(run: Run, expected: int) -> Iterator[StoreRecorder]:
 
 
 def _finish(run: Run, recorder: StoreRecorder, t0: float) -> Store:
-    try:
-        store = recorder.finish()
-    except FreezeError as e:
-        raise run.unplayable(e) from None
+    """The recorder's store (recording started at `t0`), logged."""
+    store = recorder.finish()
     run.log_recorded(store, time.perf_counter() - t0)
     return store
 
