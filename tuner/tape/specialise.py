@@ -39,7 +39,7 @@ from .player import Store
 
 #: Per form: the forward and the backward call of `tuner.tape.player.play` (None: no backward, a
 #: leaf). ``{o} {a} {b}`` are the output and operand slots (n-ary: first operand, count), ``{k}``
-#: the kernel, ``{s0} {s1}`` the scalars.
+#: the kernel, ``{s0} {s1}`` the scalars, ``{r}`` the record's number in its template.
 CALLS = {
     F_VV: ("_vv_fwd(val, {o}, {a}, {b}, {k})", "_vv_bwd(val, vg, {o}, {a}, {b}, {k})"),
     F_VS: ("_vs_fwd(val, {o}, {a}, {s0}, {k})", "_vs_bwd(val, vg, {o}, {a}, {s0}, {k})"),
@@ -66,10 +66,11 @@ CALLS = {
                          "_eg_scale_by_sign_bwd(pv, pg, {o}, {a}, {s0}, {s1})"),
     F_CONST: ("_const_fwd(val, {o}, {s0})", None),
     F_CONST_PAIR: ("_const_pair_fwd(pv, {o}, {s0}, {s1})", None),
-    F_SIGMOID_SQ_ERR: ("_sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
-                       "_sigmoid_sq_err_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
-    F_SIGMOID_XENT: ("_sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
-                     "_sigmoid_xent_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
+    # The losses' forwards return their partial: the backward reuses it (``{r}``: the record).
+    F_SIGMOID_SQ_ERR: ("partial{r} = _sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
+                       "_loss_bwd(vg, {o}, {a}, partial{r})"),
+    F_SIGMOID_XENT: ("partial{r} = _sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
+                     "_loss_bwd(vg, {o}, {a}, partial{r})"),
 }
 assert sorted(CALLS) == list(range(N_FORMS)), "every form needs its calls"
 
@@ -118,7 +119,7 @@ def template_lines(st: Store, t: int) -> list[str]:
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
         f_call, b_call = CALLS[form]
-        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1])
+        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1], r=r - r0)
         fwd.append(f"{f_call.format(**args)}  # {FORM_NAMES[form]}")
         if b_call is not None:
             bwd.append(b_call.format(**args))
@@ -156,7 +157,8 @@ def player_source(st: Store, drivers=()) -> str:
                 imports.add((py.__module__, name))
         driver_src.append(inspect.getsource(py))
     lines = [_HEADER.format(n_templates=len(st.t_temps),
-                            ops=", ".join(sorted({c.split("(")[0] for pair in CALLS.values()
+                            ops=", ".join(sorted({c.split("(")[0].split(" = ")[-1]
+                                                  for pair in CALLS.values()
                                                   for c in pair if c})))]
     lines += [f"from {m} import {n}" for m, n in sorted(imports)]
     lines.append(f'''
