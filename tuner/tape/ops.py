@@ -492,7 +492,7 @@ def _sum_bwd(vg, idx, o, first, n):
         vg[idx[i]] += g
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
     mg = 0.0
     eg = 0.0
@@ -504,7 +504,7 @@ def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
     pv[o, 1] = eg
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_pair_bwd(pg, idx, coef, o, first, n):
     g0, g1 = pg[o, 0], pg[o, 1]
     for i in range(first, first + n):
@@ -513,7 +513,7 @@ def _lincomb_pair_bwd(pg, idx, coef, o, first, n):
         pg[j, 1] += c * g1
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_value_fwd(val, idx, coef, o, first, n):
     s = 0.0
     for i in range(first, first + n):
@@ -521,7 +521,7 @@ def _lincomb_value_fwd(val, idx, coef, o, first, n):
     val[o] = s
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_value_bwd(vg, idx, coef, o, first, n):
     g = vg[o]
     for i in range(first, first + n):

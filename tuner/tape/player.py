@@ -637,15 +637,19 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # ------------------------------------------------------------------------------------------------
 
 @njit(**JIT, inline="always")
-def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef) -> None:
+def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=True,
+                   with_nary=True) -> None:
     """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to
-    first) read: the header of the one `PREFETCH_ROW` ahead, every cache line of the operands of
-    the one `PREFETCH_OPERANDS` ahead."""
+    first) read: the header of the one `PREFETCH_ROW` ahead (its template number and n-ary
+    counts unless the player does not read them), every cache line of the operands of the one
+    `PREFETCH_OPERANDS` ahead."""
     if i >= PREFETCH_ROW:
         ahead = rows[i - PREFETCH_ROW]
-        _prefetch(tmpl, ahead)
+        if with_tmpl:
+            _prefetch(tmpl, ahead)
+        if with_nary:
+            _prefetch(nary, ahead * nary.shape[1])
         _prefetch(opnd_off, ahead)
-        _prefetch(nary, ahead * nary.shape[1])
         _prefetch(scalars, ahead * scalars.shape[1])
     if i >= PREFETCH_OPERANDS:
         ahead = rows[i - PREFETCH_OPERANDS]

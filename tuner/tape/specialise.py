@@ -105,6 +105,8 @@ def template_lines(st: Store, t: int) -> list[str]:
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
+    last_nary = max([r for r in range(r0, r1)
+                     if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE], default=-1)
     for r in range(r0, r1):
         op = int(st.t_op[r])
         form, k = op >> KERNEL_BITS, op & 15
@@ -115,7 +117,9 @@ def template_lines(st: Store, t: int) -> list[str]:
         a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
             fwd.append(f"a{r - r0} = q")
-            fwd.append(f"n{r - r0} = nary[p, {b}]")
+            # The last list ends where the position's operands end: its count is not read.
+            fwd.append(f"n{r - r0} = " + ("opnd_off[p + 1] - q" if r == last_nary
+                                           else f"nary[p, {b}]"))
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
         f_call, b_call = CALLS[form]
@@ -129,10 +133,11 @@ def template_lines(st: Store, t: int) -> list[str]:
         fwd.append(f"outputs[i, {seg}] = " + (f"val[{o}]" if o >= 0 else "np.nan"))
     grad = ["if with_grad:"]
     nv, npr = int(st.t_temps[t, 0]), int(st.t_temps[t, 1])
-    if nv:
-        grad.append(f"    vg[{v0}:{v0 + nv}] = 0.0")
+    if nv:  # (plain loops: a slice assignment costs more than these few stores)
+        grad += [f"    for j in range({v0}, {v0 + nv}):", "        vg[j] = 0.0"]
     if npr:
-        grad.append(f"    pg[{p0}:{p0 + npr}, :] = 0.0")
+        grad += [f"    for j in range({p0}, {p0 + npr}):", "        pg[j, 0] = 0.0",
+                 "        pg[j, 1] = 0.0"]
     grad.append(f"    vg[{int(st.t_out_slots[t, n_seg - 1])}] += seed")
     grad += ["    " + line for line in reversed(bwd)]
     return fwd + grad
@@ -144,11 +149,17 @@ def player_source(st: Store, drivers=()) -> str:
     whose body calls ``play``) rebound to it."""
     imports = set()
     blocks = []
-    for t in range(len(st.t_temps)):
-        blocks.append(f"        {'if' if t == 0 else 'elif'} t == {t}:")
-        blocks += ["            " + line for line in template_lines(st, t)]
-    blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
+    n_t = len(st.t_temps)
+    if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
+        blocks += ["        " + line for line in template_lines(st, 0)]
+    else:
+        for t in range(n_t):
+            blocks.append(f"        {'if' if t == 0 else 'elif'} tmpl[p] == {t}:")
+            blocks += ["            " + line for line in template_lines(st, t)]
+        blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
     body = "\n".join(blocks)
+    # What the blocks read of a position's header, and so what is worth prefetching.
+    reads_tmpl, reads_nary = n_t > 1, "nary[p" in body
     driver_src = []
     for fn in drivers:
         py = fn.py_func
@@ -171,9 +182,9 @@ def play(st, arena, rows, seed, with_grad, outputs):
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
                                                 st.index, st.coef)
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef)
+        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, {reads_tmpl},
+                       {reads_nary})
         p = rows[i]
-        t = tmpl[p]
         q = opnd_off[p]
 {body}
     return -1
