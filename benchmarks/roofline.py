@@ -4,8 +4,9 @@ Measures the machine (streaming read bandwidth and random cache-line reads per s
 2 threads), then for each evaluation: the replay store of the shipped sample tiled to
 --positions (bytes per position and per epoch), the player's in-cache cost (a store of
 --cache-positions positions played over and over: ns per position and per term, a term being
-an operand or a record), and the epoch actually measured (batches of 262,144; each batch's
-positions in store order, and, for comparison, in shuffled order). The limit of an epoch is the
+an operand or a record; the specialised player the epochs use, and the interpreter), and the
+epoch actually measured (batches of 262,144; each batch's positions in store order, and, for
+comparison, in shuffled order). The limit of an epoch is the
 larger of reading the store once at the streaming bandwidth and running the kernel in cache on
 every position; the fraction reached is that limit over the measured epoch.
 
@@ -91,12 +92,12 @@ def epoch_seconds(workers, data, rng, theta):
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def in_cache_ns(ev, data, n_cache, repeat):
-    """ns per position (CPU time, 1 thread) of the player on a store small enough to stay in
-    cache, played in store order."""
+def in_cache_ns(ev, data, n_cache, repeat, specialised=True):
+    """ns per position (CPU time, 1 thread) of the player (the specialised one the epochs use,
+    or the interpreter) on a store small enough to stay in cache, played in store order."""
     small = record_store(ev, data.positions[:n_cache], data.results[:n_cache], 1 / 400, 1)
     reg = ev.registry
-    w = Workers(ev, 1, MICRO, n_cache, store=small)
+    w = Workers(ev, 1, MICRO, n_cache, store=small, specialised=specialised)
     theta = np.full(2 * reg.n_params + reg.n_values, 1.0)
     rows = np.arange(n_cache)
     w.loss_grad(theta, data.positions, data.results, rows, 1 / 400)
@@ -138,11 +139,13 @@ def main():
         nbytes = store_nbytes(store)
         terms = (store.opnd_off[-1] + np.diff(store.t_first)[store.tmpl].sum()) / store_len(store)
         ns_pos = in_cache_ns(ev, data, a.cache_positions, a.repeat)
+        ns_interp = in_cache_ns(ev, data, a.cache_positions, a.repeat, specialised=False)
         print(f"\n{name}: {n:,} positions, store {nbytes / n:.0f} bytes/position, "
               f"{nbytes / 1e9:.2f} GB per epoch (recorded in {rec_s:.1f} s on {max(a.threads)} "
               f"thread(s)); {terms:.1f} terms/position")
         print(f"  kernel in cache: {ns_pos:.0f} ns/position, {ns_pos / terms:.2f} ns/term "
-              f"(1 thread)")
+              f"(1 thread, the specialised player the epochs use; the interpreter: "
+              f"{ns_interp:.0f} ns/position)")
         theta = np.full(2 * reg.n_params + reg.n_values, 1.0)
         rng = np.random.default_rng(0)
         for t in a.threads:

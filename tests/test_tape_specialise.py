@@ -45,7 +45,7 @@ def covering_plans(n_plans: int, length: int):
 
 @pytest.fixture(scope="module")
 def store_and_point():
-    plans, vparams, pparams = covering_plans(4, 40)
+    plans, vparams, pparams = covering_plans(4, 12)
     # Each plan three times: positions of one template that differ only in their targets.
     positions = [p for p in plans for _ in range(3)]
     targets = np.random.default_rng(SEED).uniform(0, 1, len(positions))

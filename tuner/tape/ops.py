@@ -404,29 +404,54 @@ def _phase_bwd(vg, pg, o, a, alpha):
     pg[a, 1] += (1.0 - alpha) * g
 
 
+# The losses: each forward returns its local partial d out / d a, which a player that runs the
+# position's backward right after keeps for `_loss_bwd` (the backward reuses the forward's
+# sigmoid); the `_bwd` forms recompute it, to the same bits, for sweeps that did not keep it.
+
+@njit(**INLINE)
+def sigmoid_sq_err(x, k, target):
+    """``(sigmoid(k x) - target)^2`` and its derivative in x."""
+    s = sigmoid(k * x)
+    d = s - target
+    return d * d, 2.0 * d * s * (1.0 - s) * k
+
+
+@njit(**INLINE)
+def sigmoid_xent(x, k, target):
+    """The cross-entropy ``-(t log p + (1 - t) log(1 - p))``, p = sigmoid(k x), and its derivative
+    in x. It is softplus(z) - t z (z = k x), computed without overflow: softplus(z) = max(z, 0) +
+    log1p(exp(-|z|)), and p from the same exponential (the bits of `sigmoid`)."""
+    z = k * x
+    e = np.exp(-abs(z))
+    p = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    return max(z, 0.0) + np.log1p(e) - target * z, (p - target) * k
+
+
+@njit(**JIT)
+def _loss_bwd(vg, o, a, partial):
+    vg[a] += partial * vg[o]
+
+
 @njit(**JIT)
 def _sigmoid_sq_err_fwd(val, o, a, k, target):
-    d = sigmoid(k * val[a]) - target
-    val[o] = d * d
+    val[o], partial = sigmoid_sq_err(val[a], k, target)
+    return partial
 
 
 @njit(**JIT)
 def _sigmoid_sq_err_bwd(val, vg, o, a, k, target):
-    s = sigmoid(k * val[a])
-    vg[a] += 2.0 * (s - target) * s * (1.0 - s) * k * vg[o]
+    _loss_bwd(vg, o, a, sigmoid_sq_err(val[a], k, target)[1])
 
 
 @njit(**JIT)
 def _sigmoid_xent_fwd(val, o, a, k, target):
-    # -(t log p + (1 - t) log(1 - p)) with p = sigmoid(z) is softplus(z) - t z, computed without
-    # overflow: softplus(z) = max(z, 0) + log1p(exp(-|z|)).
-    z = k * val[a]
-    val[o] = max(z, 0.0) + np.log1p(np.exp(-abs(z))) - target * z
+    val[o], partial = sigmoid_xent(val[a], k, target)
+    return partial
 
 
 @njit(**JIT)
 def _sigmoid_xent_bwd(val, vg, o, a, k, target):
-    vg[a] += (sigmoid(k * val[a]) - target) * k * vg[o]
+    _loss_bwd(vg, o, a, sigmoid_xent(val[a], k, target)[1])
 
 
 @njit(**JIT)
@@ -467,7 +492,7 @@ def _sum_bwd(vg, idx, o, first, n):
         vg[idx[i]] += g
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
     mg = 0.0
     eg = 0.0
@@ -479,7 +504,7 @@ def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
     pv[o, 1] = eg
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_pair_bwd(pg, idx, coef, o, first, n):
     g0, g1 = pg[o, 0], pg[o, 1]
     for i in range(first, first + n):
@@ -488,7 +513,7 @@ def _lincomb_pair_bwd(pg, idx, coef, o, first, n):
         pg[j, 1] += c * g1
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_value_fwd(val, idx, coef, o, first, n):
     s = 0.0
     for i in range(first, first + n):
@@ -496,7 +521,7 @@ def _lincomb_value_fwd(val, idx, coef, o, first, n):
     val[o] = s
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _lincomb_value_bwd(vg, idx, coef, o, first, n):
     g = vg[o]
     for i in range(first, first + n):

@@ -48,7 +48,7 @@ from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_
                   FORM_RHS, FORM_SCALARS, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
                   _clamped_add_eg_bwd, _clamped_add_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
                   _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,
-                  _lincomb_pair_fwd, _lincomb_value_bwd, _lincomb_value_fwd, _phase_bwd,
+                  _lincomb_pair_fwd, _lincomb_value_bwd, _loss_bwd, _lincomb_value_fwd, _phase_bwd,
                   _phase_fwd, _pp_bwd, _pp_fwd, _ps_bwd, _ps_fwd, _pv_bwd, _pv_fwd,
                   _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sigmoid_xent_bwd,
                   _sigmoid_xent_fwd, _sp_bwd,
@@ -637,15 +637,19 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # ------------------------------------------------------------------------------------------------
 
 @njit(**JIT, inline="always")
-def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef) -> None:
+def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=True,
+                   with_nary=True) -> None:
     """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to
-    first) read: the header of the one `PREFETCH_ROW` ahead, every cache line of the operands of
-    the one `PREFETCH_OPERANDS` ahead."""
+    first) read: the header of the one `PREFETCH_ROW` ahead (its template number and n-ary
+    counts unless the player does not read them), every cache line of the operands of the one
+    `PREFETCH_OPERANDS` ahead."""
     if i >= PREFETCH_ROW:
         ahead = rows[i - PREFETCH_ROW]
-        _prefetch(tmpl, ahead)
+        if with_tmpl:
+            _prefetch(tmpl, ahead)
+        if with_nary:
+            _prefetch(nary, ahead * nary.shape[1])
         _prefetch(opnd_off, ahead)
-        _prefetch(nary, ahead * nary.shape[1])
         _prefetch(scalars, ahead * scalars.shape[1])
     if i >= PREFETCH_OPERANDS:
         ahead = rows[i - PREFETCH_OPERANDS]
@@ -696,11 +700,10 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             o0, o1, o2 = t_out[r0], t_out[r0 + 1], t_out[r0 + 2]
             _lincomb_pair_fwd(pv, idx, coef, o0, q, n)
             _phase_fwd(val, pv, o1, o0, alpha)
-            squared = t_op[r0 + 2] >> KERNEL_BITS == F_SIGMOID_SQ_ERR  # else cross-entropy
-            if squared:
-                _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
+            if t_op[r0 + 2] >> KERNEL_BITS == F_SIGMOID_SQ_ERR:  # else cross-entropy
+                partial = _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
             else:
-                _sigmoid_xent_fwd(val, o2, o1, s0, s1)
+                partial = _sigmoid_xent_fwd(val, o2, o1, s0, s1)
             outputs[i, 0] = val[o1]
             outputs[i, 1] = val[o2]
             if with_grad:
@@ -709,10 +712,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                 pg[o0, 0] = 0.0
                 pg[o0, 1] = 0.0
                 vg[o2] += seed
-                if squared:
-                    _sigmoid_sq_err_bwd(val, vg, o2, o1, s0, s1)
-                else:
-                    _sigmoid_xent_bwd(val, vg, o2, o1, s0, s1)
+                _loss_bwd(vg, o2, o1, partial)
                 _phase_bwd(vg, pg, o1, o0, alpha)
                 _lincomb_pair_bwd(pg, idx, coef, o0, q, n)
             continue

@@ -39,7 +39,7 @@ from .player import Store
 
 #: Per form: the forward and the backward call of `tuner.tape.player.play` (None: no backward, a
 #: leaf). ``{o} {a} {b}`` are the output and operand slots (n-ary: first operand, count), ``{k}``
-#: the kernel, ``{s0} {s1}`` the scalars.
+#: the kernel, ``{s0} {s1}`` the scalars, ``{r}`` the record's number in its template.
 CALLS = {
     F_VV: ("_vv_fwd(val, {o}, {a}, {b}, {k})", "_vv_bwd(val, vg, {o}, {a}, {b}, {k})"),
     F_VS: ("_vs_fwd(val, {o}, {a}, {s0}, {k})", "_vs_bwd(val, vg, {o}, {a}, {s0}, {k})"),
@@ -66,10 +66,11 @@ CALLS = {
                          "_eg_scale_by_sign_bwd(pv, pg, {o}, {a}, {s0}, {s1})"),
     F_CONST: ("_const_fwd(val, {o}, {s0})", None),
     F_CONST_PAIR: ("_const_pair_fwd(pv, {o}, {s0}, {s1})", None),
-    F_SIGMOID_SQ_ERR: ("_sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
-                       "_sigmoid_sq_err_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
-    F_SIGMOID_XENT: ("_sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
-                     "_sigmoid_xent_bwd(val, vg, {o}, {a}, {s0}, {s1})"),
+    # The losses' forwards return their partial: the backward reuses it (``{r}``: the record).
+    F_SIGMOID_SQ_ERR: ("partial{r} = _sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
+                       "_loss_bwd(vg, {o}, {a}, partial{r})"),
+    F_SIGMOID_XENT: ("partial{r} = _sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
+                     "_loss_bwd(vg, {o}, {a}, partial{r})"),
 }
 assert sorted(CALLS) == list(range(N_FORMS)), "every form needs its calls"
 
@@ -104,6 +105,8 @@ def template_lines(st: Store, t: int) -> list[str]:
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
+    last_nary = max([r for r in range(r0, r1)
+                     if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE], default=-1)
     for r in range(r0, r1):
         op = int(st.t_op[r])
         form, k = op >> KERNEL_BITS, op & 15
@@ -114,11 +117,13 @@ def template_lines(st: Store, t: int) -> list[str]:
         a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
             fwd.append(f"a{r - r0} = q")
-            fwd.append(f"n{r - r0} = nary[p, {b}]")
+            # The last list ends where the position's operands end: its count is not read.
+            fwd.append(f"n{r - r0} = " + ("opnd_off[p + 1] - q" if r == last_nary
+                                           else f"nary[p, {b}]"))
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
         f_call, b_call = CALLS[form]
-        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1])
+        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1], r=r - r0)
         fwd.append(f"{f_call.format(**args)}  # {FORM_NAMES[form]}")
         if b_call is not None:
             bwd.append(b_call.format(**args))
@@ -128,10 +133,11 @@ def template_lines(st: Store, t: int) -> list[str]:
         fwd.append(f"outputs[i, {seg}] = " + (f"val[{o}]" if o >= 0 else "np.nan"))
     grad = ["if with_grad:"]
     nv, npr = int(st.t_temps[t, 0]), int(st.t_temps[t, 1])
-    if nv:
-        grad.append(f"    vg[{v0}:{v0 + nv}] = 0.0")
+    if nv:  # (plain loops: a slice assignment costs more than these few stores)
+        grad += [f"    for j in range({v0}, {v0 + nv}):", "        vg[j] = 0.0"]
     if npr:
-        grad.append(f"    pg[{p0}:{p0 + npr}, :] = 0.0")
+        grad += [f"    for j in range({p0}, {p0 + npr}):", "        pg[j, 0] = 0.0",
+                 "        pg[j, 1] = 0.0"]
     grad.append(f"    vg[{int(st.t_out_slots[t, n_seg - 1])}] += seed")
     grad += ["    " + line for line in reversed(bwd)]
     return fwd + grad
@@ -143,11 +149,17 @@ def player_source(st: Store, drivers=()) -> str:
     whose body calls ``play``) rebound to it."""
     imports = set()
     blocks = []
-    for t in range(len(st.t_temps)):
-        blocks.append(f"        {'if' if t == 0 else 'elif'} t == {t}:")
-        blocks += ["            " + line for line in template_lines(st, t)]
-    blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
+    n_t = len(st.t_temps)
+    if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
+        blocks += ["        " + line for line in template_lines(st, 0)]
+    else:
+        for t in range(n_t):
+            blocks.append(f"        {'if' if t == 0 else 'elif'} tmpl[p] == {t}:")
+            blocks += ["            " + line for line in template_lines(st, t)]
+        blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
     body = "\n".join(blocks)
+    # What the blocks read of a position's header, and so what is worth prefetching.
+    reads_tmpl, reads_nary = n_t > 1, "nary[p" in body
     driver_src = []
     for fn in drivers:
         py = fn.py_func
@@ -156,7 +168,8 @@ def player_source(st: Store, drivers=()) -> str:
                 imports.add((py.__module__, name))
         driver_src.append(inspect.getsource(py))
     lines = [_HEADER.format(n_templates=len(st.t_temps),
-                            ops=", ".join(sorted({c.split("(")[0] for pair in CALLS.values()
+                            ops=", ".join(sorted({c.split("(")[0].split(" = ")[-1]
+                                                  for pair in CALLS.values()
                                                   for c in pair if c})))]
     lines += [f"from {m} import {n}" for m, n in sorted(imports)]
     lines.append(f'''
@@ -169,9 +182,9 @@ def play(st, arena, rows, seed, with_grad, outputs):
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
                                                 st.index, st.coef)
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef)
+        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, {reads_tmpl},
+                       {reads_nary})
         p = rows[i]
-        t = tmpl[p]
         q = opnd_off[p]
 {body}
     return -1
