@@ -493,9 +493,15 @@ class Run:
                      f"them from the cache)")
         tr = self.cfg["training"]
         store = self.replay_store(data, targets)
-        workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
-                          tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
-                          store=store, loss=self.loss_form)
+        before = compiling.seconds
+        with watch_compilation(self.observer.compile_start, compiling):
+            workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
+                              tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
+                              store=store, loss=self.loss_form)
+        if workers.specialised:
+            spent = compiling.seconds - before
+            self.log(f"replay: a player specialised for the store's {len(store.t_temps)} "
+                     f"template(s)" + (f" (compiled in {spent:.1f} s, once)" if spent else ""))
         try:
             while self.epoch < self.epochs:
                 if self.stop_early():
