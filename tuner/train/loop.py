@@ -300,6 +300,7 @@ class Run:
         n_batches = math.ceil(len(order) / bs)
         t0 = time.perf_counter()
         sse_total = []
+        shown = 0.0
         self.observer.epoch_start(e + 1, self.epochs, len(order))
         try:
             for b in range(n_batches):
@@ -313,8 +314,9 @@ class Run:
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: a parameter left the range "
                                   f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
+                shown += sse  # the progress line's running mean (the epoch's loss: fsum below)
                 done = min(len(order), (b + 1) * bs)
-                self.observer.epoch_progress(done, math.fsum(sse_total) / done)
+                self.observer.epoch_progress(done, shown / done)
         finally:
             self.observer.epoch_end()
         train_seconds = time.perf_counter() - t0
