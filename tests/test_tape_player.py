@@ -9,7 +9,8 @@ replaying it.
 * Templates: positions of equal structure share one, different structures get their own (also
   across the chunks of `build_store`); a scalar equal over every position of a template lives in
   the template (``t_scol == -1``), a varying one in the position's row.
-* Operands: slots kept as u16 and coefficients as i8 when they fit, i32 / i16 / f64 otherwise.
+* Operands: slots kept as u16 and coefficients as i8 when they fit, i32 / i16 / f64 otherwise;
+  slot and integer coefficient in one u16 word when their bits fit in 16 together.
 * Validation: every `FreezeError` names the position and record (or the output slot).
 * Order: `play` takes the positions last to first; the parameter gradients equal, bit for bit,
   running `backward` on each position's own tape in that order.
@@ -25,8 +26,8 @@ from hypothesis import strategies as st
 
 from tuner.tape import (FreezeError, Graph, Value, backward, forward, freeze, freeze_tape,
                         new_arena, new_tape, ops, play, set_params)
-from tuner.tape.player import (MAX_NARY, arena_size, build_store, check_played, extract,
-                               store_len)
+from tuner.tape.player import (MAX_NARY, arena_size, build_store, check_played,
+                               coef_bits_needed, extract, store_len)
 from tuner.tape.recording import C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES
 
 from test_tape_graphs import N_PP, N_VP, SETTINGS, describe, plans, record_plan
@@ -345,30 +346,66 @@ def lincomb_positions(n_pair_params, terms_per_position):
     return t, outs
 
 
-@pytest.mark.parametrize("coefs, dtype", [
-    ([1.0, -3.0, 127.0, -128.0], np.int8),
-    ([1.0, 128.0], np.int16),
-    ([-129.0, 2.0], np.int16),
-    ([32767.0, -32768.0], np.int16),
-    ([32768.0], np.float64),
-    ([-32769.0, 1.0], np.float64),
-    ([0.5, 1.0], np.float64),
-    ([1.0, 1e-300], np.float64),
+def operands(store):
+    """The store's operand slots and coefficients, unpacked if they share index words."""
+    bits = int(store.coef_bits[0])
+    if not bits:
+        return store.index, store.coef
+    w = store.index.astype(np.int64)
+    return w >> bits, (w & ((1 << bits) - 1)) - (1 << (bits - 1))
+
+
+@pytest.mark.parametrize("coefs, dtype, packed", [
+    ([1.0, -3.0, 127.0, -128.0], np.int8, True),
+    ([1.0, 128.0], np.int16, True),
+    ([-129.0, 2.0], np.int16, True),
+    ([32767.0, -32768.0], np.int16, False),   # 16 coefficient bits and 2 slot bits
+    ([32768.0], np.float64, False),
+    ([-32769.0, 1.0], np.float64, False),
+    ([0.5, 1.0], np.float64, False),
+    ([1.0, 1e-300], np.float64, False),
 ])
-def test_coefficients_narrow_when_they_fit(coefs, dtype):
-    t, outs = lincomb_positions(3, [[(i % 3, c) for i, c in enumerate(coefs)], [(1, 2.0)]])
+def test_coefficients_narrow_when_they_fit(coefs, dtype, packed):
+    terms = [[(i % 3, c) for i, c in enumerate(coefs)], [(1, 2.0)]]
+    t, outs = lincomb_positions(3, terms)
+    assert extract(t.rec, np.array([outs])).coef.dtype == dtype
     store = freeze(t.rec, np.array([outs]))
-    assert store.coef.dtype == dtype
-    assert store.coef.tolist() == coefs + [2.0]
+    slots, got = operands(store)
+    assert got.tolist() == coefs + [2.0]
+    assert slots.tolist() == [j for ts in terms for j, _ in ts]
     assert store.index.dtype == np.uint16
+    assert (store.coef_bits[0] > 0) == packed
+    if packed:
+        assert store.coef.size == 0
+        assert store.coef_bits[0] == coef_bits_needed(int(min(coefs + [2])), int(max(coefs + [2])))
+    else:
+        assert store.coef.dtype == dtype
     replay_matches_eager(store, t, outs, np.zeros(0), t.arena.pair_val[:3] * 1.5)
+
+
+@pytest.mark.parametrize("top, coef, packed", [(0x3FF, 31.0, True), (0x3FF, 32.0, False),
+                                               (0x7FF, -16.0, True), (0x7FF, -17.0, False)])
+def test_operands_pack_when_slot_and_coefficient_bits_fit_16(top, coef, packed):
+    t, outs = lincomb_positions(top + 1, [[(0, 1.0), (top, coef)], [(top, -1.0)]])
+    store = freeze(t.rec, np.array([outs]))
+    assert (store.coef_bits[0] > 0) == packed
+    slots, coefs = operands(store)
+    assert slots.tolist() == [0, top, top] and coefs.tolist() == [1, coef, -1]
+    replay_matches_eager(store, t, outs, np.zeros(0), t.arena.pair_val[: top + 1] - 0.5)
+
+
+def test_coefficient_bits_hold_their_range():
+    for lo, hi in [(0, 0), (-1, 0), (0, 1), (-2, 1), (-15, 14), (-16, 15), (-128, 127), (-3, 20)]:
+        k = coef_bits_needed(lo, hi)
+        assert -(1 << (k - 1)) <= lo and hi <= (1 << (k - 1)) - 1
+        assert k == 1 or not (-(1 << (k - 2)) <= lo and hi <= (1 << (k - 2)) - 1)
 
 
 @pytest.mark.parametrize("top, dtype", [(0xFFFF, np.uint16), (0x10000, np.int32)])
 def test_operand_slots_narrow_when_they_fit(top, dtype):
     t, outs = lincomb_positions(top + 1, [[(0, 1.0), (top, 2.0)], [(top, -1.0)]])
     store = freeze(t.rec, np.array([outs]))
-    assert store.index.dtype == dtype
+    assert store.index.dtype == dtype and store.coef_bits[0] == 0  # 16 slot bits: no room
     assert store.index.tolist() == [0, top, top]
     assert store.coef.dtype == np.int8
     replay_matches_eager(store, t, outs, np.zeros(0), t.arena.pair_val[: top + 1] - 0.5)
@@ -381,8 +418,9 @@ def test_chunks_of_different_operand_dtypes_merge_to_the_widest():
         parts.append(extract(t.rec, np.array([outs])))
         tapes.append((t, outs))
     assert [p.coef.dtype for p in parts] == [np.int8, np.int16, np.float64]
-    store = build_store(parts[:2], 0, 3)
-    assert store.coef.dtype == np.int16 and store.coef.tolist() == [1, -2, 300]
+    store = build_store(parts[:2], 0, 3)  # integers: packed with the slots
+    assert store.coef_bits[0] == coef_bits_needed(-2, 300)
+    assert operands(store)[1].tolist() == [1, -2, 300]
     store = build_store(parts, 0, 3)
     assert store.coef.dtype == np.float64 and store.coef.tolist() == [1, -2, 300, 0.5, 1]
     arena = fresh_arena(store, np.zeros(0), tapes[0][0].arena.pair_val[:3])

@@ -20,6 +20,8 @@ from tuner.train.loop import Run, TrainingError
 from tuner.train.record import record_store
 from tuner.train.workers import Workers
 
+from test_tape_player import operands
+
 K = 0.0025
 
 
@@ -41,8 +43,10 @@ def test_clockwork_store_holds_counts_phase_and_result(tiny):
     store = record_store(get_evaluation("clockwork"), tiny.positions, tiny.results, K,
                          n_threads=2, micro=100)
     counts, phases = cw.feature_counts(tiny.positions)
-    assert len(store.t_temps) == 1 and store.coef.dtype == np.int8
+    # Slots below 2^10 and counts within +-15: an operand is one u16 word.
+    assert len(store.t_temps) == 1 and store.coef_bits[0] > 0 and store.coef.size == 0
     assert store.index.dtype == np.uint16
+    slots, coefs = operands(store)
     np.testing.assert_array_equal(_column(store, tag(F_PHASE)), phases / 24)
     np.testing.assert_array_equal(_column(store, tag(F_SIGMOID_SQ_ERR), 1), tiny.results)
     (loss,) = np.flatnonzero(store.t_op == tag(F_SIGMOID_SQ_ERR))
@@ -52,10 +56,10 @@ def test_clockwork_store_holds_counts_phase_and_result(tiny):
         lo = store.opnd_off[i]
         hi = lo + store.nary[i, 0]
         dense = np.zeros(counts.shape[1], np.int64)
-        np.add.at(dense, store.index[lo:hi].astype(np.int64), store.coef[lo:hi])
+        np.add.at(dense, slots[lo:hi], coefs[lo:hi])
         np.testing.assert_array_equal(dense, counts[i], err_msg=f"position {i}")
-        assert len(set(store.index[lo:hi].tolist())) == hi - lo  # merged: each index once
-        assert np.all(store.coef[lo:hi] != 0)                     # zeros dropped
+        assert len(set(slots[lo:hi].tolist())) == hi - lo  # merged: each index once
+        assert np.all(coefs[lo:hi] != 0)                     # zeros dropped
 
 
 @pytest.mark.parametrize("name", ["clockwork", nonlinear_eval.NAME])

@@ -476,28 +476,42 @@ def neumaier_add(s, c, x):
     return u, c
 
 
+# Operand lists. A stored list may pack each operand into one index word (`tuner.tape.player`
+# does when they fit): slot << coef_bits | (coefficient + 2^(coef_bits - 1)), and `coef` is then
+# not read; with coef_bits = 0 (every recording, most stores) slot and coefficient are apart.
+
+@njit(**INLINE)
+def operand(idx, coef, i, coef_bits):
+    """Operand i of a list: its slot and its coefficient (as f64, which is what the products
+    convert it to anyway)."""
+    if coef_bits:
+        w = np.int64(idx[i])
+        return w >> coef_bits, np.float64((w & ((1 << coef_bits) - 1)) - (1 << (coef_bits - 1)))
+    return np.int64(idx[i]), np.float64(coef[i])
+
+
 @njit(**JIT)
-def _sum_fwd(val, idx, o, first, n):
+def _sum_fwd(val, idx, o, first, n, coef_bits):
     s = 0.0
     c = 0.0
     for i in range(first, first + n):
-        s, c = neumaier_add(s, c, val[idx[i]])
+        s, c = neumaier_add(s, c, val[np.int64(idx[i]) >> coef_bits])
     val[o] = s + c
 
 
 @njit(**JIT)
-def _sum_bwd(vg, idx, o, first, n):
+def _sum_bwd(vg, idx, o, first, n, coef_bits):
     g = vg[o]
     for i in range(first, first + n):
-        vg[idx[i]] += g
+        vg[np.int64(idx[i]) >> coef_bits] += g
 
 
 @njit(**INLINE)
-def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
+def _lincomb_pair_fwd(pv, idx, coef, o, first, n, coef_bits):
     mg = 0.0
     eg = 0.0
     for i in range(first, first + n):
-        j, c = idx[i], coef[i]
+        j, c = operand(idx, coef, i, coef_bits)
         mg += c * pv[j, 0]
         eg += c * pv[j, 1]
     pv[o, 0] = mg
@@ -505,27 +519,29 @@ def _lincomb_pair_fwd(pv, idx, coef, o, first, n):
 
 
 @njit(**INLINE)
-def _lincomb_pair_bwd(pg, idx, coef, o, first, n):
+def _lincomb_pair_bwd(pg, idx, coef, o, first, n, coef_bits):
     g0, g1 = pg[o, 0], pg[o, 1]
     for i in range(first, first + n):
-        j, c = idx[i], coef[i]
+        j, c = operand(idx, coef, i, coef_bits)
         pg[j, 0] += c * g0
         pg[j, 1] += c * g1
 
 
 @njit(**INLINE)
-def _lincomb_value_fwd(val, idx, coef, o, first, n):
+def _lincomb_value_fwd(val, idx, coef, o, first, n, coef_bits):
     s = 0.0
     for i in range(first, first + n):
-        s += coef[i] * val[idx[i]]
+        j, c = operand(idx, coef, i, coef_bits)
+        s += c * val[j]
     val[o] = s
 
 
 @njit(**INLINE)
-def _lincomb_value_bwd(vg, idx, coef, o, first, n):
+def _lincomb_value_bwd(vg, idx, coef, o, first, n, coef_bits):
     g = vg[o]
     for i in range(first, first + n):
-        vg[idx[i]] += coef[i] * g
+        j, c = operand(idx, coef, i, coef_bits)
+        vg[j] += c * g
 
 
 # ------------------------------------------------------------------------------------------------
@@ -866,7 +882,7 @@ def record_sum(t: Tape, first: int) -> int:
     """Compensated (Neumaier) sum of the values pushed since `first` (coefficients ignored)."""
     n = t.rec.counts[C_OPERANDS] - first
     o = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
-    _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n)
+    _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n, 0)
     return o
 
 
@@ -875,7 +891,7 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
     """sum_i c_i * pair_i over the (pair, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
     o = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
-    _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n)
+    _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o
 
 
@@ -884,5 +900,5 @@ def record_lincomb_value(t: Tape, first: int) -> int:
     """sum_i c_i * value_i over the (value, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
     o = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
-    _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n)
+    _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o

@@ -17,8 +17,10 @@ keeps its slot, the j-th temporary of a kind becomes slot (parameters of that ki
 position replays in the same small arena. Records of equal structure (tags and rebased slots) are
 stored once as a *template*; a position keeps only what differs: its template number, its n-ary
 operand counts, its scalars and its operands as (u16 slot, i8 coefficient) where they fit (i32 /
-i16 / f64 where they do not). A scalar that is the same for every position of a template (K, say)
-moves into the template.
+i16 / f64 where they do not). When every slot and integer coefficient of a store fit in 16 bits
+together, each operand is one u16 word instead (``slot << coef_bits | coefficient + 2^(coef_bits
+- 1)``, see `tuner.tape.ops.operand`): 2 bytes an operand rather than 3. A scalar that is the same
+for every position of a template (K, say) moves into the template.
 
 **Validation, once.** Freezing refuses (`FreezeError`, naming the position, record and tag) an
 unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
@@ -391,11 +393,12 @@ class Store(NamedTuple):
     nary: np.ndarray      # uint16[N, Q]
     scalars: np.ndarray   # float64[N, C]
     index: np.ndarray     # uint16[M] or int32[M]
-    coef: np.ndarray      # int8[M], int16[M] or float64[M]
+    coef: np.ndarray      # int8[M], int16[M] or float64[M]; empty when packed into `index`
     params: np.ndarray    # int64[2]: value and pair parameters
+    coef_bits: np.ndarray  # int64[1]: 0, or the low bits of `index` that hold the coefficients
 
 
-STORE_FORMAT = 1  # bump when the layout or meaning of a Store's arrays changes
+STORE_FORMAT = 2  # bump when the layout or meaning of a Store's arrays changes
 
 
 def save_store(store: Store, path, key: str) -> None:
@@ -507,6 +510,32 @@ class _Growing:
         return self.a
 
 
+#: Operands packed per block (in place), so that packing needs no second copy of them.
+PACK_BLOCK = 1 << 20
+
+
+def coef_bits_needed(lo: int, hi: int) -> int:
+    """The fewest bits k that hold every integer of [lo, hi] offset by 2^(k-1)."""
+    return (max(-lo, hi + 1, 1) - 1).bit_length() + 1
+
+
+def _packed(index: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Slots and integer coefficients in one u16 word each, when they fit together (the index
+    array is rewritten in place and the coefficients dropped): ``(index, coef, coef_bits)``;
+    unchanged, with 0 bits, when they do not."""
+    if not len(index) or index.dtype != np.uint16 or coef.dtype.kind != "i":
+        return index, coef, 0
+    bits = coef_bits_needed(int(coef.min()), int(coef.max()))
+    if int(index.max()).bit_length() + bits > 16:
+        return index, coef, 0
+    bias = 1 << (bits - 1)
+    for lo in range(0, len(index), PACK_BLOCK):
+        block = index[lo: lo + PACK_BLOCK]
+        block <<= bits
+        block |= (coef[lo: lo + PACK_BLOCK].astype(np.int32) + bias).astype(np.uint16)
+    return index, np.zeros(0, np.int8), bits
+
+
 def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray:
     """The concatenated per-position lists `flat` (position i has ``counts[i]`` entries) as a
     zero-padded matrix of `width` columns."""
@@ -607,6 +636,8 @@ class StoreBuilder:
         del n_opnd
         index = self.index.trimmed() if self.index is not None else np.zeros(0, np.uint16)
         coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
+        self.index = self.coef = None
+        index, coef, coef_bits = _packed(index, coef)
         return Store(
             t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
             t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
@@ -615,7 +646,8 @@ class StoreBuilder:
             t_linear=np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], info[t, 3:])
                                for t in range(len(t_recs))], dtype=np.bool_),
             tmpl=tmpl, opnd_off=opnd_off, nary=self.nary.trimmed(), scalars=scalars,
-            index=index, coef=coef, params=self.params)
+            index=index, coef=coef, params=self.params,
+            coef_bits=np.array([coef_bits], np.int64))
 
 
 def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) -> Store:
@@ -656,7 +688,8 @@ def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=
         q, end = opnd_off[ahead], opnd_off[ahead + 1]
         while q < end:
             _prefetch(idx, q)
-            _prefetch(coef, q)
+            if coef.shape[0]:  # (empty when packed into idx)
+                _prefetch(coef, q)
             q += 32
 
 
@@ -680,6 +713,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
                                                 st.index, st.coef)
     v0, p0 = st.params[0], st.params[1]
+    bits = st.coef_bits[0]
     n_seg = t_outs.shape[1]
     t_linear = st.t_linear
     for i in range(rows.shape[0] - 1, -1, -1):
@@ -698,7 +732,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             s0 = t_sconst[r0 + 2, 0] if c0 < 0 else scalars[p, c0]
             s1 = t_sconst[r0 + 2, 1] if c1 < 0 else scalars[p, c1]
             o0, o1, o2 = t_out[r0], t_out[r0 + 1], t_out[r0 + 2]
-            _lincomb_pair_fwd(pv, idx, coef, o0, q, n)
+            _lincomb_pair_fwd(pv, idx, coef, o0, q, n, bits)
             _phase_fwd(val, pv, o1, o0, alpha)
             if t_op[r0 + 2] >> KERNEL_BITS == F_SIGMOID_SQ_ERR:  # else cross-entropy
                 partial = _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
@@ -714,7 +748,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
                 vg[o2] += seed
                 _loss_bwd(vg, o2, o1, partial)
                 _phase_bwd(vg, pg, o1, o0, alpha)
-                _lincomb_pair_bwd(pg, idx, coef, o0, q, n)
+                _lincomb_pair_bwd(pg, idx, coef, o0, q, n, bits)
             continue
         for r in range(r0, r1):
             op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
@@ -726,7 +760,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
             s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
             if form == F_LINCOMB_PAIR:
-                _lincomb_pair_fwd(pv, idx, coef, o, a, b)
+                _lincomb_pair_fwd(pv, idx, coef, o, a, b, bits)
             elif form == F_PHASE:
                 _phase_fwd(val, pv, o, a, s0)
             elif form == F_VV:
@@ -738,9 +772,9 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             elif form == F_V:
                 _vs_fwd(val, o, a, 0.0, k)
             elif form == F_SUM:
-                _sum_fwd(val, idx, o, a, b)
+                _sum_fwd(val, idx, o, a, b, bits)
             elif form == F_LINCOMB_VALUE:
-                _lincomb_value_fwd(val, idx, coef, o, a, b)
+                _lincomb_value_fwd(val, idx, coef, o, a, b, bits)
             elif form == F_PP:
                 _pp_fwd(pv, o, a, b, k)
             elif form == F_PS:
@@ -793,7 +827,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
             s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
             if form == F_LINCOMB_PAIR:
-                _lincomb_pair_bwd(pg, idx, coef, o, a, b)
+                _lincomb_pair_bwd(pg, idx, coef, o, a, b, bits)
             elif form == F_PHASE:
                 _phase_bwd(vg, pg, o, a, s0)
             elif form == F_VV:
@@ -805,9 +839,9 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             elif form == F_V:
                 _vs_bwd(val, vg, o, a, 0.0, k)
             elif form == F_SUM:
-                _sum_bwd(vg, idx, o, a, b)
+                _sum_bwd(vg, idx, o, a, b, bits)
             elif form == F_LINCOMB_VALUE:
-                _lincomb_value_bwd(vg, idx, coef, o, a, b)
+                _lincomb_value_bwd(vg, idx, coef, o, a, b, bits)
             elif form == F_PP:
                 _pp_bwd(pv, pg, o, a, b, k)
             elif form == F_PS:

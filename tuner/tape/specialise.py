@@ -39,7 +39,8 @@ from .player import Store
 
 #: Per form: the forward and the backward call of `tuner.tape.player.play` (None: no backward, a
 #: leaf). ``{o} {a} {b}`` are the output and operand slots (n-ary: first operand, count), ``{k}``
-#: the kernel, ``{s0} {s1}`` the scalars, ``{r}`` the record's number in its template.
+#: the kernel, ``{s0} {s1}`` the scalars, ``{r}`` the record's number in its template, ``{bits}``
+#: the store's packing of operands (`tuner.tape.ops.operand`).
 CALLS = {
     F_VV: ("_vv_fwd(val, {o}, {a}, {b}, {k})", "_vv_bwd(val, vg, {o}, {a}, {b}, {k})"),
     F_VS: ("_vs_fwd(val, {o}, {a}, {s0}, {k})", "_vs_bwd(val, vg, {o}, {a}, {s0}, {k})"),
@@ -55,11 +56,12 @@ CALLS = {
     F_ADD_CLAMPED_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, False)",
                        "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, False)"),
     F_PHASE: ("_phase_fwd(val, pv, {o}, {a}, {s0})", "_phase_bwd(vg, pg, {o}, {a}, {s0})"),
-    F_SUM: ("_sum_fwd(val, idx, {o}, {a}, {b})", "_sum_bwd(vg, idx, {o}, {a}, {b})"),
-    F_LINCOMB_PAIR: ("_lincomb_pair_fwd(pv, idx, coef, {o}, {a}, {b})",
-                     "_lincomb_pair_bwd(pg, idx, coef, {o}, {a}, {b})"),
-    F_LINCOMB_VALUE: ("_lincomb_value_fwd(val, idx, coef, {o}, {a}, {b})",
-                      "_lincomb_value_bwd(vg, idx, coef, {o}, {a}, {b})"),
+    F_SUM: ("_sum_fwd(val, idx, {o}, {a}, {b}, {bits})",
+            "_sum_bwd(vg, idx, {o}, {a}, {b}, {bits})"),
+    F_LINCOMB_PAIR: ("_lincomb_pair_fwd(pv, idx, coef, {o}, {a}, {b}, {bits})",
+                     "_lincomb_pair_bwd(pg, idx, coef, {o}, {a}, {b}, {bits})"),
+    F_LINCOMB_VALUE: ("_lincomb_value_fwd(val, idx, coef, {o}, {a}, {b}, {bits})",
+                      "_lincomb_value_bwd(vg, idx, coef, {o}, {a}, {b}, {bits})"),
     F_ADD_WINNABLE_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, True)",
                         "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, True)"),
     F_EG_SCALE_BY_SIGN: ("_eg_scale_by_sign_fwd(pv, {o}, {a}, {s0}, {s1})",
@@ -123,7 +125,8 @@ def template_lines(st: Store, t: int) -> list[str]:
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
         f_call, b_call = CALLS[form]
-        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1], r=r - r0)
+        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1], r=r - r0,
+                    bits=int(st.coef_bits[0]))
         fwd.append(f"{f_call.format(**args)}  # {FORM_NAMES[form]}")
         if b_call is not None:
             bwd.append(b_call.format(**args))

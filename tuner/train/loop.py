@@ -320,6 +320,7 @@ class Run:
         n_batches = math.ceil(len(order) / bs)
         t0 = time.perf_counter()
         sse_total = []
+        shown = 0.0
         self.observer.epoch_start(e + 1, self.epochs, len(order))
         try:
             for b in range(n_batches):
@@ -333,8 +334,9 @@ class Run:
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: a parameter left the range "
                                   f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
+                shown += sse  # the progress line's running mean (the epoch's loss: fsum below)
                 done = min(len(order), (b + 1) * bs)
-                self.observer.epoch_progress(done, math.fsum(sse_total) / done)
+                self.observer.epoch_progress(done, shown / done)
         finally:
             self.observer.epoch_end()
         train_seconds = time.perf_counter() - t0
@@ -557,9 +559,15 @@ class Run:
             self.prepare(compiling, warm, sample)
             targets = self.targets(data.results, data.score_cp)
             store = self.replay_store(data, targets)
-        workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
-                          tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
-                          store=store, loss=self.loss_form)
+        before = compiling.seconds
+        with watch_compilation(self.observer.compile_start, compiling):
+            workers = Workers(self.evaluation, self.n_threads, min(tr["micro_batch_size"],
+                              tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))),
+                              store=store, loss=self.loss_form)
+        if workers.specialised:
+            spent = compiling.seconds - before
+            self.log(f"replay: a player specialised for the store's {len(store.t_temps)} "
+                     f"template(s)" + (f" (compiled in {spent:.1f} s, once)" if spent else ""))
         try:
             while self.epoch < self.epochs:
                 if self.stop_early():

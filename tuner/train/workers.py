@@ -93,11 +93,12 @@ class Workers:
             self.arenas = [new_arena(*arena_size(store)) for _ in range(n_threads)]
         if specialised is None:
             specialised = store is not None and store_len(store) >= SPECIALISE_FROM
-        specialised = specialised and store is not None and specialisable(store)
+        #: Whether replay epochs run a specialised player.
+        self.specialised = bool(specialised and store is not None and specialisable(store))
         #: The compiled driver of replay epochs: `replay_chunks`, over the interpreter or over
         #: the store's specialised player.
         self.replay_chunks = replay_chunks
-        if specialised:
+        if self.specialised:
             self.replay_chunks = specialise(store, [replay_chunks]).replay_chunks
             self._warm()
 
