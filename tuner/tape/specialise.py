@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -208,6 +209,17 @@ def _folder() -> Path:
     return (Path(base) if base else Path.home() / ".cache" / "tuner") / "players"
 
 
+def _written(folder: Path, name: str, source: str) -> Path:
+    """``folder/name.py`` holding `source` (written atomically unless it already does)."""
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(source)
+        os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the new one
+    return path
+
+
 def specialise(st: Store, drivers=()) -> ModuleType:
     """The compiled module of `player_source` for `st` (written once, then imported; Numba caches
     its machine code like any other module's). ValueError if not `specialisable`."""
@@ -219,13 +231,10 @@ def specialise(st: Store, drivers=()) -> ModuleType:
     name = f"tuner_player_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    folder = _folder()
-    path = folder / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(source)
-        os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the new one
+    try:
+        path = _written(_folder(), name, source)
+    except OSError:  # a read-only cache: a folder of this process's own (compiled, not cached)
+        path = _written(Path(tempfile.mkdtemp(prefix="tuner-players-")), name, source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
