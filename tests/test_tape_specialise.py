@@ -11,6 +11,10 @@
 """
 from __future__ import annotations
 
+import hashlib
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -135,3 +139,18 @@ def test_workers_give_the_same_bits_with_a_specialised_player(tiny, name):
     assert got[0][0] == got[1][0]
     assert_same_bits(got[0][1], got[1][1], name)
     assert np.count_nonzero(got[0][1]) > 100
+
+
+def test_a_read_only_cache_still_gives_a_player(store_and_point, tmp_path, monkeypatch):
+    from tuner.tape import specialise as sp
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(sp, "_folder", lambda: blocker / "players")
+    store = store_and_point[0]
+    name = "tuner_player_" + hashlib.blake2b(player_source(store).encode(),
+                                             digest_size=10).hexdigest()
+    monkeypatch.delitem(sys.modules, name, raising=False)  # not the one imported already
+    module = sp.specialise(store)
+    assert Path(module.__file__).parent != blocker / "players" and Path(module.__file__).exists()
+    assert module.play is not play
