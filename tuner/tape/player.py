@@ -536,6 +536,29 @@ def _packed(index: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return index, np.zeros(0, np.int8), bits
 
 
+@njit(**JIT)
+def _compact_columns(flat, width, keep) -> None:
+    """Rows of `width` values in `flat` become rows of the columns `keep` (increasing), from the
+    front: every value moves to an index at most its own, so nothing is overwritten before it is
+    read."""
+    n = flat.shape[0] // width
+    k = keep.shape[0]
+    for i in range(n):
+        for j in range(k):
+            flat[i * k + j] = flat[i * width + keep[j]]
+
+
+def _kept_columns(full: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``full[:, keep]`` made in `full`'s own memory (`full`, which must own it and have no other
+    view, is shrunk in place), so the store's scalars never exist twice."""
+    n, width = full.shape
+    if len(keep) == width:
+        return full
+    _compact_columns(full.reshape(-1), width, np.asarray(keep, np.int64))
+    full.resize((n * len(keep),), refcheck=False)
+    return full.reshape(n, len(keep))
+
+
 def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray:
     """The concatenated per-position lists `flat` (position i has ``counts[i]`` entries) as a
     zero-padded matrix of `width` columns."""
@@ -558,7 +581,9 @@ class StoreBuilder:
         self.n_seg = 1
         self.expected = expected
         self.tmpl = _Growing(np.uint16, capacity=expected)
-        self.n_opnd = _Growing(np.int64, capacity=expected)
+        # Operand counts after a leading 0: summed in place, they become the offsets.
+        self.n_opnd = _Growing(np.int64, capacity=expected + 1)
+        self.n_opnd.append(np.zeros(1, np.int64))
         self.nary = _Growing(np.uint16, 1, expected)
         self.full = _Growing(np.float64, 1, expected)   # every scalar, a row per position
         self.index = self.coef = None
@@ -607,6 +632,7 @@ class StoreBuilder:
         t_scol = np.full((len(recs), 2), -1, np.int32)
         t_sconst = np.zeros((len(recs), 2))
         plans = []
+        bits = None
         for t in range(len(t_recs)):
             sel = np.flatnonzero(tmpl == t) if len(t_recs) > 1 else slice(None)
             used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
@@ -619,21 +645,18 @@ class StoreBuilder:
             varying = np.flatnonzero(~const)
             t_scol[r_of[varying], s_of[varying]] = np.arange(len(varying))
             plans.append((sel, varying))
+        del bits  # (a view of `full`, which may shrink in place below)
         width = max([1] + [len(v) for _, v in plans])
-        if len(plans) == 1:                                       # one copy, or none
+        if len(plans) == 1:                            # the varying columns, kept in place
             varying = plans[0][1]
-            scalars = (full if len(varying) == full.shape[1] else
-                       np.ascontiguousarray(full[:, varying]) if len(varying) else
-                       np.zeros((n, 1)))
+            scalars = _kept_columns(full, varying) if len(varying) else np.zeros((n, 1))
         else:
             scalars = np.zeros((n, width))
             for sel, varying in plans:
                 scalars[sel, : len(varying)] = full[sel][:, varying]
         del full
-        n_opnd = self.n_opnd.trimmed()
-        opnd_off = np.zeros(n + 1, np.int64)
-        np.cumsum(n_opnd, out=opnd_off[1:])
-        del n_opnd
+        opnd_off = self.n_opnd.trimmed()
+        np.cumsum(opnd_off, out=opnd_off)
         index = self.index.trimmed() if self.index is not None else np.zeros(0, np.uint16)
         coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
         self.index = self.coef = None
