@@ -8,6 +8,7 @@ NUMBA_CACHE_DIR to choose the folder yourself.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -15,8 +16,9 @@ import sys
 from pathlib import Path
 
 
+@functools.cache
 def source_digest() -> str:
-    """A digest of this package's source files (names and contents)."""
+    """A digest of this package's source files (names and contents), read once per process."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent
     for path in sorted(root.rglob("*.py")):

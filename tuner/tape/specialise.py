@@ -103,14 +103,19 @@ def _literal(x: float) -> str:
     return repr(float(x))
 
 
+def nary_records(st: Store, t: int) -> list[int]:
+    """The records of template `t` that read an operand list."""
+    return [r for r in range(int(st.t_first[t]), int(st.t_first[t + 1]))
+            if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE]
+
+
 def template_lines(st: Store, t: int) -> list[str]:
     """The body of template `t`'s block: forward calls, outputs, then (with gradients) the
     temporaries' gradients cleared, the seed and the backward calls in reverse."""
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
-    last_nary = max([r for r in range(r0, r1)
-                     if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE], default=-1)
+    last_nary = max(nary_records(st, t), default=-1)
     for r in range(r0, r1):
         op = int(st.t_op[r])
         form, k = op >> KERNEL_BITS, op & 15
@@ -163,8 +168,11 @@ def player_source(st: Store, drivers=()) -> str:
             blocks += ["            " + line for line in template_lines(st, t)]
         blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
     body = "\n".join(blocks)
-    # What the blocks read of a position's header, and so what is worth prefetching.
-    reads_tmpl, reads_nary = n_t > 1, "nary[p" in body
+    # What the blocks read of a position's header, and so what is worth prefetching: the
+    # template number if there are several, the counts if a template has several lists (the
+    # last one's count is not read).
+    reads_tmpl = n_t > 1
+    reads_nary = any(len(nary_records(st, t)) > 1 for t in range(n_t))
     driver_src = []
     for fn in drivers:
         py = fn.py_func
