@@ -57,10 +57,10 @@ def temp_path_for(path: str | os.PathLike) -> tuple[int, str]:
     return fd, tmp
 
 
-def finish_temp(tmp: str, path: str | os.PathLike) -> None:
-    """Give the temporary file `tmp` the umask's mode and rename it over `path`; the rename is
-    made durable by syncing the folder."""
-    os.chmod(tmp, new_file_mode())
+def finish_temp(tmp: str, path: str | os.PathLike, mode: int | None = None) -> None:
+    """Give the temporary file `tmp` `mode` (by default the umask's) and rename it over `path`;
+    the rename is made durable by syncing the folder."""
+    os.chmod(tmp, new_file_mode() if mode is None else mode)
     os.replace(tmp, path)
     try:
         dfd = os.open(os.path.dirname(os.fspath(path)) or ".", os.O_RDONLY)
@@ -75,10 +75,11 @@ def finish_temp(tmp: str, path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file written beside `path`; on success it is fsynced and renamed over `path`, on
-    any error (or interruption) removed. An OSError (disk full, read-only file system, no
-    permission) becomes a `WriteError` naming `path`."""
+def atomic_open(path: str | os.PathLike, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary file written beside `path`; on success it is fsynced, given `mode` (by default
+    what the umask allows) and renamed over `path`, on any error (or interruption) removed. An
+    OSError (disk full, read-only file system, no permission) becomes a `WriteError` naming
+    `path`."""
     path = os.fspath(path)
     try:
         fd, tmp = temp_path_for(path)
@@ -89,7 +90,7 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-            finish_temp(tmp, path)
+            finish_temp(tmp, path, mode)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -98,9 +99,9 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
         raise
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
+def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = None) -> None:
     """Write `data` (text is UTF-8 encoded) atomically to `path` (see `atomic_open`)."""
-    with atomic_open(path) as f:
+    with atomic_open(path, mode) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

@@ -22,15 +22,16 @@ pointer per chunk.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import os
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+
+from tuner import cachedir
+from tuner.fileio import atomic_write, remove_stale_temps
 
 from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
                   F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
@@ -217,17 +218,23 @@ def _folder() -> Path:
     """Where generated modules live: beside Numba's cache (one folder per version of the package's
     sources, see `tuner`), so a module never outlives the code it was generated for."""
     base = os.environ.get("NUMBA_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "tuner") / "players"
+    return (Path(base) if base else cachedir.process_folder()) / "players"
 
 
 def _written(folder: Path, name: str, source: str) -> Path:
-    """``folder/name.py`` holding `source` (written atomically unless it already does)."""
+    """``folder/name.py`` holding `source`, written (atomically, mode 0600) unless it already
+    does; a file that cannot be read, holds anything else or could have been written by another
+    user (`tuner.cachedir.open_private`) is replaced."""
     path = folder / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(source)
-        os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the new one
+    data = source.encode()
+    try:
+        with cachedir.open_private(path) as f:
+            current = f.read()
+    except OSError:  # missing, refused or unreadable
+        current = None
+    if current != data:
+        remove_stale_temps(folder)  # those of killed writers
+        atomic_write(path, data, mode=cachedir.FILE_MODE)
     return path
 
 
@@ -243,11 +250,16 @@ def specialise(st: Store, drivers=()) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     try:
-        path = _written(_folder(), name, source)
-    except OSError:  # a read-only cache: a folder of this process's own (compiled, not cached)
-        path = _written(Path(tempfile.mkdtemp(prefix="tuner-players-")), name, source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+        path = _written(cachedir.private_folder(_folder()), name, source)
+    except OSError as e:  # unwritable or refused: the folder of this process
+        folder = cachedir.private_folder(cachedir.process_folder() / "players")
+        sys.stderr.write(f"tuner: {cachedir.describe(e)}; the generated player goes to {folder} "
+                         f"for this run only\n")
+        path = _written(folder, name, source)
+    # Run from `source` itself: Python's loader would run a ``__pycache__`` file instead when its
+    # header matches the file's time and size.
+    module = ModuleType(name)
+    module.__file__ = str(path)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    exec(compile(source, str(path), "exec"), module.__dict__)
     return module

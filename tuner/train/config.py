@@ -40,6 +40,7 @@ MAX_EPOCHS = 1_000_000
 MAX_BATCH = 1 << 26            # positions per optimiser step (67,108,864)
 MAX_MICRO_BATCH = 1 << 16      # positions per tape (65,536): a tape per thread is allocated
 MAX_THREADS = 256
+MAX_STORES = 1_000            # stores a store cache keeps (0: no limit)
 MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are 64-bit
 #: Largest magnitude of a learning rate, weight decay or initial parameter.
 MAX_MAGNITUDE = 1e9
@@ -201,7 +202,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                            "between runs: written once, keyed by a digest of the positions, "
                            "results, K and the evaluation's code; a later run with the same key "
                            "loads it instead of recording. A stale, truncated or corrupted file "
-                           "is reported and rebuilt. Empty: record every run."),
+                           "is reported and rebuilt. The folder is made 0700; one that another "
+                           "user could write to is not used (logged). Empty: record every run."),
+        "store_cache_keep": Key((int,), 4, "How many stores ``store_cache`` keeps: writing one "
+                                "removes all but the newest this many (a store loaded counts "
+                                "as new; 0 keeps all).", _between(0, MAX_STORES)),
         "mode": Key((str,), "replay",
                     "'replay' records each position (its evaluation and loss) once, freezes the "
                     "recordings into a compact store and replays it forward and backward every "
@@ -216,7 +221,8 @@ SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
 STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
 #: Keys that may differ between a run and its resumption (they do not change the result).
 RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode"),
-               ("training", "store_cache"), ("training", "patience")}
+               ("training", "store_cache"), ("training", "store_cache_keep"),
+               ("training", "patience")}
 
 
 def _type_name(types: tuple) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from tuner import cachedir
 from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.data.registry import Resolved, resolve
@@ -62,6 +64,27 @@ CHECKPOINT = "checkpoint.npz"
 MAX_PARAM = 1e9
 HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
 add_history(HISTORY_FIELDS)
+#: A replay store in ``[training] store_cache`` (`Run.keep_store`), and the temporary files of
+#: its writes (`tuner.fileio.remove_stale_temps`).
+STORE_NAME = "store-{key}.npz"
+STORE_GLOB = STORE_NAME.format(key="*")
+
+
+def evict_stores(folder: Path, keep: int) -> list[Path]:
+    """Remove all but the `keep` newest (by modification time) stores in `folder`; 0 keeps all.
+    Returns what was removed."""
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except FileNotFoundError:  # removed meanwhile by another run
+            return -1.0
+    stores = sorted(folder.glob(STORE_GLOB), key=mtime, reverse=True)
+    old = stores[keep:] if keep else []
+    for p in old:
+        p.unlink(missing_ok=True)
+    return old
+
+
 #: What `start_run` creates in a new run directory (removed again if the run fails before its
 #: first checkpoint).
 NEW_RUN_FILES = ("config.toml", RUN_META, "train.log")
@@ -377,34 +400,51 @@ class Run:
         h.update(tuner.source_digest().encode())
         return h.hexdigest()
 
-    def cache_path(self, key: str) -> Path:
-        return self.cfg.resolve_path(self.cfg["training"]["store_cache"]) / f"store-{key}.npz"
+    def store_folder(self) -> Path:
+        """``[training] store_cache`` as a private folder (`tuner.cachedir.private_folder`: made
+        0700, refused if another user could write to it), rid of the temporary files that killed
+        writes left."""
+        folder = cachedir.private_folder(
+            self.cfg.resolve_path(self.cfg["training"]["store_cache"]))
+        remove_stale_temps(folder, STORE_GLOB)
+        return folder
 
     def cached_store(self, key: str):
         """The store ``[training] store_cache`` keeps for `key`, or None (missing, or unusable:
         logged)."""
         t0 = time.perf_counter()
-        cache = self.cache_path(key)
-        if not cache.exists():
+        try:
+            cache = self.store_folder() / STORE_NAME.format(key=key)
+            cachedir.open_private(cache).close()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self.log(f"replay: store cache {cachedir.describe(e)}; recording")
             return None
         try:
             store = load_store(cache, key)
         except FreezeError as e:
             self.log(f"replay: store cache {e}; recording again")
             return None
+        os.utime(cache)  # the newest: the last evicted
         self.log(f"replay: loaded the store of {store_len(store):,} positions from {cache} in "
                  f"{time.perf_counter() - t0:.2f} s")
         return store
 
     def keep_store(self, store, key: str) -> None:
-        """Save `store` in ``[training] store_cache`` for `key` (a failure is only logged)."""
-        cache = self.cache_path(key)
+        """Save `store` in ``[training] store_cache`` for `key`, then remove all but the newest
+        ``store_cache_keep`` stores there (a failure is only logged)."""
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            folder = self.store_folder()
+            cache = folder / STORE_NAME.format(key=key)
             save_store(store, cache, key)
+            os.chmod(cache, cachedir.FILE_MODE)
             self.log(f"replay: store kept in {cache}")
+            for old in evict_stores(folder, self.cfg["training"]["store_cache_keep"]):
+                self.log(f"replay: removed the older store {old}")
         except OSError as e:
-            self.log(f"replay: could not keep the store in {cache}: {e}")
+            self.log(f"replay: could not keep the store in {self.cfg['training']['store_cache']}: "
+                     f"{cachedir.describe(e)}")
 
     def replay_store(self, data: Data, targets: np.ndarray):
         """Every position of in-memory `data` recorded and frozen for the player (or loaded

@@ -1,0 +1,327 @@
+"""The cache folders (tuner/cachedir.py): Numba's machine code, the generated players and the
+replay stores are kept only where nobody else could have written, and what killed processes left
+is cleaned up.
+
+* Numba on an unusable cache home (a subprocess on a copy of the package): an edit to a function
+  that another module's cached function calls takes effect, nothing is cached in the package's
+  ``__pycache__``, a warning names the folder, and the private fallback folder is removed at exit;
+  a killed process's fallback folder is removed by the next import.
+* Players: folders 0700 and files 0600 under umask 000, so another uid (a forked child that
+  drops root) can plant nothing; a folder owned by another uid or writable by its group is
+  refused with a message naming it; a planted ``__pycache__`` file never runs; a planted symlink
+  at the temporary name the old writer used is not followed; a file that is not UTF-8 is
+  rewritten.
+* Stores: the temporary files of killed writes are removed, the cache keeps the newest
+  ``store_cache_keep`` stores, and a folder of another uid is not used.
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuner import cachedir
+from tuner.tape import specialise as sp
+from tuner.tape.player import Store
+from tuner.train.config import validate
+from tuner.train.loop import Run
+
+from test_tape_specialise import store_and_point  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+#: A uid that owns nothing here (``nobody``).
+OTHER_UID = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners and uids needs root")
+
+
+def _tree_modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def open_tmp():
+    """A folder (mode 755) that another uid can enter, unlike pytest's tmp_path (0700)."""
+    path = Path(tempfile.mkdtemp(prefix="cachetest-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def player(store_and_point, monkeypatch):  # noqa: F811 (the fixture imported above)
+    """(source, module name) of a player and a function that specialises it afresh (not the
+    module imported already) with the players folder at the given path."""
+    store = store_and_point[0]
+    source = sp.player_source(store)
+    name = "tuner_player_" + hashlib.blake2b(source.encode(), digest_size=10).hexdigest()
+
+    def fresh(folder: Path):
+        monkeypatch.setattr(sp, "_folder", lambda: folder)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        return sp.specialise(store)
+    return source, name, fresh
+
+
+# -- Numba ---------------------------------------------------------------------------------------
+
+#: Prints the phase of a position with two knights (2), compiled by `phase` (tuner/chess/position.py)
+#: from `popcount` (tuner/chess/bitboard.py, another file), and where Numba's cache is.
+PHASE_SCRIPT = """
+import os, numpy as np, tuner
+from tuner.chess.position import POSITION_WORDS, W_KNIGHT, phase
+pos = np.zeros(POSITION_WORDS, np.uint64)
+pos[W_KNIGHT] = 0b11
+print(phase(pos), os.environ["NUMBA_CACHE_DIR"])
+"""
+POPCOUNT = "    return np.int64(_ctpop64(U64(x)))\n"
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "pkg"
+    shutil.copytree(REPO / "tuner", root / "tuner",
+                    ignore=shutil.ignore_patterns("__pycache__", "samples", "configs"))
+    return root
+
+
+def _env(root: Path, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    blocker = tmp_path / "a-file"  # a cache home that even root cannot create folders in
+    blocker.write_text("not a folder")
+    (tmp_path / "tmp").mkdir()
+    env.update(PYTHONPATH=str(root), XDG_CACHE_HOME=str(blocker / "cache"),
+               TMPDIR=str(tmp_path / "tmp"))
+    return env
+
+
+def test_an_unusable_cache_home_never_serves_old_machine_code(tmp_path):
+    root = _package_copy(tmp_path)
+    env = _env(root, tmp_path)
+    got = []
+    for edit in (False, True):
+        if edit:  # popcount doubled: phase() must see it, although its own file is unchanged
+            bitboard = root / "tuner" / "chess" / "bitboard.py"
+            text = bitboard.read_text()
+            assert text.count(POPCOUNT) == 1
+            bitboard.write_text(text.replace(POPCOUNT, POPCOUNT.replace("return ", "return 2 * ")))
+        r = subprocess.run([sys.executable, "-c", PHASE_SCRIPT], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        value, folder = r.stdout.split()
+        got.append(int(value))
+        assert Path(folder).parent == tmp_path / "tmp"  # the private fallback folder
+        assert f"tuner: {tmp_path / 'a-file' / 'cache'}" in r.stderr and "this run only" in r.stderr
+    assert got == [2, 4]
+    cached = [p for p in root.rglob("*") if p.suffix in (".nbi", ".nbc")]
+    assert cached == []
+    assert list((tmp_path / "tmp").iterdir()) == []  # removed at exit
+
+
+def test_a_killed_process_leaves_no_fallback_folder_behind(tmp_path):
+    root = _package_copy(tmp_path)
+    env = _env(root, tmp_path)
+    tmp = tmp_path / "tmp"
+    legacy_old, legacy_new = tmp / "tuner-players-old", tmp / "tuner-players-new"
+    for p in (legacy_old, legacy_new):
+        p.mkdir()
+    os.utime(legacy_old, (time.time() - 2 * cachedir.LEGACY_AGE_S,) * 2)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import os, time, tuner; print(os.environ['NUMBA_CACHE_DIR'], "
+                               "flush=True); time.sleep(600)"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        folder = Path(sleeper.stdout.readline().strip())
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+    assert folder.parent == tmp and folder.is_dir()  # left by the kill
+    foreign = tmp / f"tuner-{sleeper.pid}-other"
+    foreign.mkdir()
+    if os.geteuid() == 0:
+        os.chown(foreign, OTHER_UID, OTHER_UID)
+    r = subprocess.run([sys.executable, "-c", "import tuner"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    left = sorted(p.name for p in tmp.iterdir())
+    assert left == sorted([legacy_new.name] + ([foreign.name] if os.geteuid() == 0 else [])), left
+
+
+# -- players -------------------------------------------------------------------------------------
+
+@needs_root
+def test_player_folders_are_private_whatever_the_umask(player, open_tmp):
+    source, name, fresh = player
+    players = open_tmp / "cache" / "players"
+    old = os.umask(0)
+    try:
+        module = fresh(players)
+    finally:
+        os.umask(old)
+    assert Path(module.__file__) == players / f"{name}.py"
+    assert _tree_modes(open_tmp / "cache") == {"players": 0o700, f"players/{name}.py": 0o600}
+    (open_tmp / "open").mkdir(mode=0o777)
+    (open_tmp / "open").chmod(0o777)
+    pid = os.fork()
+    if pid == 0:  # another local user tries to plant a file in each folder
+        code = 0
+        try:
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            for target, allowed in ((open_tmp / "open" / "x", True), (players / "x.py", False)):
+                try:
+                    target.write_text("planted")
+                    code |= 0 if allowed else 1
+                except PermissionError:
+                    code |= 2 if allowed else 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # the open folder: yes; the players': no
+    assert not (players / "x.py").exists() and (open_tmp / "open" / "x").exists()
+
+
+@needs_root
+@pytest.mark.parametrize("owner, mode, problem", [
+    (OTHER_UID, 0o700, f"owned by uid {OTHER_UID}"),
+    (0, 0o770, "mode 770 lets its group or others write to it"),
+])
+def test_a_players_folder_another_user_could_write_to_is_refused(player, tmp_path, capsys,
+                                                                  owner, mode, problem):
+    source, name, fresh = player
+    players = tmp_path / "players"
+    players.mkdir()
+    planted = players / f"{name}.py"
+    planted.write_text(source)
+    os.chown(players, owner, owner)
+    players.chmod(mode)
+    module = fresh(players)
+    assert Path(module.__file__).parent != players
+    err = capsys.readouterr().err
+    assert f"tuner: {players}: {problem}; not used as a cache" in err
+    assert module.play.py_func.__name__ == "play"
+
+
+@needs_root
+def test_a_player_file_of_another_user_is_replaced(player, tmp_path):
+    source, name, fresh = player
+    players = tmp_path / "players"
+    players.mkdir(mode=0o700)
+    path = players / f"{name}.py"
+    path.write_text(source)
+    os.chown(path, OTHER_UID, OTHER_UID)
+    module = fresh(players)
+    assert Path(module.__file__) == path
+    st = path.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o600) and path.read_text() == source
+
+
+def test_a_planted_bytecode_file_never_runs(player, tmp_path):
+    source, name, fresh = player
+    players = tmp_path / "players"
+    path = Path(fresh(players).__file__)
+    st = path.stat()
+    planted = compile("import builtins\nbuiltins.PLANTED_PLAYER = True\nplay = None\n",
+                      str(path), "exec")
+    pyc = Path(importlib.util.cache_from_source(str(path)))
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(_code_to_timestamp_pyc(planted, int(st.st_mtime), st.st_size))
+    try:
+        module = fresh(players)
+        assert not hasattr(builtins, "PLANTED_PLAYER")
+        assert module.play is not None and module.play.py_func.__name__ == "play"
+    finally:
+        if hasattr(builtins, "PLANTED_PLAYER"):
+            del builtins.PLANTED_PLAYER
+
+
+def test_a_planted_symlink_at_a_temporary_name_is_not_followed(player, tmp_path):
+    source, name, fresh = player
+    players = tmp_path / "players"
+    players.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    # Where the writer before O_EXCL | O_NOFOLLOW temporaries put its file.
+    (players / f".{name}.{os.getpid()}.tmp").symlink_to(victim)
+    module = fresh(players)
+    path = players / f"{name}.py"
+    assert Path(module.__file__) == path and not path.is_symlink()
+    assert path.read_text() == source and victim.read_text() == "precious"
+
+
+def test_a_damaged_player_file_is_rewritten(player, tmp_path):
+    source, name, fresh = player
+    players = tmp_path / "players"
+    players.mkdir(mode=0o700)
+    path = players / f"{name}.py"
+    path.write_bytes(b"\xff\xfe not UTF-8 \x80")
+    module = fresh(players)
+    assert Path(module.__file__) == path and path.read_text() == source
+    assert module.play.py_func.__name__ == "play"
+
+
+# -- the store cache -----------------------------------------------------------------------------
+
+def _store_run(tmp_path: Path, cache: Path, **training) -> tuple[Run, list[str]]:
+    raw = {"data": {"train": ["tiny"]}, "evaluation": {"name": "material"},
+           "training": {"store_cache": str(cache), **training}}
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    lines: list[str] = []
+    return Run(validate(raw, str(tmp_path / "x.toml")), out, log=lines.append), lines
+
+
+def _tiny_store(seed: int) -> Store:
+    rng = np.random.default_rng(seed)
+    return Store(**{f: rng.integers(0, 100, 3) for f in Store._fields})
+
+
+def test_store_cache_temporaries_of_killed_writes_are_removed(tmp_path):
+    cache = tmp_path / "cache"
+    run, _ = _store_run(tmp_path, cache)
+    run.keep_store(_tiny_store(0), "a")
+    left = cache / ".store-a.npz.k1ll3d.tmp"  # what a write killed before its rename leaves
+    left.write_bytes(b"half a store")
+    other = cache / ".notes.txt.k1ll3d.tmp"   # not a store's: not ours to remove
+    other.write_bytes(b"")
+    assert run.cached_store("a") is not None
+    assert not left.exists() and other.exists()
+
+
+def test_store_cache_keeps_the_newest_stores(tmp_path):
+    cache = tmp_path / "cache"
+    run, log = _store_run(tmp_path, cache, store_cache_keep=2)
+    now = time.time()
+    for i, key in enumerate("abc"):
+        run.keep_store(_tiny_store(i), key)
+        os.utime(cache / f"store-{key}.npz", (now - 100 + i,) * 2)
+    assert sorted(p.name for p in cache.iterdir()) == ["store-b.npz", "store-c.npz"]
+    assert run.cached_store("b") is not None    # loaded: now the newest
+    run.keep_store(_tiny_store(3), "d")
+    assert sorted(p.name for p in cache.iterdir()) == ["store-b.npz", "store-d.npz"]
+    assert f"replay: removed the older store {cache / 'store-c.npz'}" in log
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in cache.iterdir()} == {0o600}
+
+
+@needs_root
+def test_a_store_cache_of_another_user_is_not_used(tmp_path):
+    cache = tmp_path / "cache"
+    run, log = _store_run(tmp_path, cache)
+    run.keep_store(_tiny_store(0), "a")
+    assert run.cached_store("a") is not None
+    os.chown(cache, OTHER_UID, OTHER_UID)
+    assert run.cached_store("a") is None
+    assert log[-1] == (f"replay: store cache {cache}: owned by uid {OTHER_UID}, not by this "
+                       f"user (uid 0); not used as a cache; recording")
