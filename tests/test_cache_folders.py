@@ -200,7 +200,7 @@ def test_player_folders_are_private_whatever_the_umask(player, open_tmp):
 @pytest.mark.parametrize("owner, mode, problem", [
     (OTHER_UID, 0o700, f"owned by uid {OTHER_UID}, not by this user (uid 0)"),
     (0, 0o770, "mode 770 lets its group or others write to it (`chmod go-w` it)"),
-])
+], ids=["another-owner", "group-writable"])
 def test_a_players_folder_another_user_could_write_to_is_refused(player, tmp_path, capsys,
                                                                   owner, mode, problem):
     source, name, fresh = player

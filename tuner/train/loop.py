@@ -24,6 +24,7 @@ array of a checkpoint is checked before it is used (tuner/train/checkpoint.py).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -426,7 +427,8 @@ class Run:
         except FreezeError as e:
             self.log(f"replay: store cache {e}; recording again")
             return None
-        os.utime(cache)  # the newest: the last evicted
+        with contextlib.suppress(OSError):
+            os.utime(cache)  # now the newest: the last one evicted
         self.log(f"replay: loaded the store of {store_len(store):,} positions from {cache} in "
                  f"{time.perf_counter() - t0:.2f} s")
         return store
