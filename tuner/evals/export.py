@@ -135,7 +135,7 @@ ARRAY_INDENT = " " * 4
 TABLE_SIZE = 64        # a group of this many entries is a board table: eight entries a line
 TABLE_ROW = 8
 #: Other arrays are wrapped to the width of the rest of the file (its comment lines).
-LINE_WIDTH = 90
+LINE_WIDTH = 80
 PAIR_STRUCT = ("struct Pair {", "    int mg;", "    int eg;", "};")
 
 
