@@ -5,6 +5,7 @@ empty folder outside the repository: the first, `tuner examples`, writes the exa
 the package (what an installed copy has), at a path Numba has never cached, so the first
 evaluation must announce its compilation; every command the page shows must exist.
 """
+import ast
 import re
 import shlex
 
@@ -70,3 +71,21 @@ def test_the_tutorial_commands_run(tmp_path, monkeypatch):
     assert start.names == reg.names and start.defaults.tobytes() == written.defaults.tobytes()
     assert diff.stdout.splitlines()[0].endswith("the 5 largest:")
     assert (run / "best.diff.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_docs_describe_what_the_tutorial_uses():
+    """Every name the example imports from tuner.chess and tuner.tape is in docs/interfaces.md,
+    the README gives material.py's real size, and the rules a first evaluation hits are written
+    down (global tables as tuples; the phase formula)."""
+    tree = ast.parse((EXAMPLES / "kingsafety.py").read_text())
+    names = {a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+             and node.module.startswith(("tuner.chess", "tuner.tape")) for a in node.names}
+    assert {"pop_lsb", "lsb", "phase", "record_pair_sigmoid", "lin_add"} <= names
+    interfaces = (REPO / "docs" / "interfaces.md").read_text()
+    assert [n for n in sorted(names) if f"`{n}" not in interfaces and f" {n}" not in interfaces] \
+        == []
+    assert "min(PHASE_MAX, N + B + 2 R + 4 Q)" in interfaces
+    lines = len((REPO / "tuner" / "evals" / "material.py").read_text().splitlines())
+    assert f"`tuner/evals/material.py` (linear, {lines} lines)" in (REPO / "README.md").read_text()
+    assert "reflected list" in (REPO / "docs" / "evaluations.md").read_text()
+    assert "which the run does not pass to it yet" not in (REPO / "README.md").read_text()
