@@ -163,9 +163,9 @@ def test_diff_ranks_by_the_largest_component_and_keeps_registry_order_on_ties(tm
                                 ("PAWN_MAT",): (0, -30), ("ROOK_MOBILITY", 3): (0.5, 0)},
                {"WINNABLE_ASYM": 100})
     found = changes(ParamRegistry.from_json(HEAD), ParamRegistry.from_json(b))
-    # PAWN_MAT and KNIGHT_PSQT[10] tie at 30: PAWN_MAT is registered first.
+    # PAWN_MAT and KNIGHT_PSQT entry 10 (c7: entry 0 is a8) tie at 30: PAWN_MAT is first.
     assert [c.name for c in found] == ["WINNABLE_ASYM", "QUEEN_MAT", "PAWN_MAT",
-                                       "KNIGHT_PSQT[10]", "ROOK_MOBILITY[3]"]
+                                       "KNIGHT_PSQT[c7]", "ROOK_MOBILITY[3]"]
     assert [c.size for c in found] == [100, 40, 30, 30, 0.5]
     queen = found[1]
     assert queen.after[0] - queen.before[0] == -12 and queen.delta == (-12, 40)
@@ -184,7 +184,7 @@ def test_diff_command_prints_and_draws_the_top_changes(tmp_path):
     mg0, eg0 = reg.defaults[reg.index("QUEEN_MOBILITY", 27)]
     assert lines[2].split() == ["QUEEN_MOBILITY[27]", f"{mg0:g}", f"{mg0 - 9:g}", "-9",
                                 f"{eg0:g}", f"{eg0 + 9:g}", "9"]
-    assert lines[3].split()[0] == "KING_PSQT[3]" and len(lines) == 5
+    assert lines[3].split()[0] == "KING_PSQT[d8]" and len(lines) == 5
     assert lines[4] == f"wrote {tmp_path / 'b.diff.png'}"
     with Image.open(tmp_path / "b.diff.png") as img:
         assert img.format == "PNG"
