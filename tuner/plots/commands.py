@@ -39,8 +39,8 @@ def plot_cmd(params: str, prefix: str | None, first_square: str) -> None:
 
     Piece-square tables (pair parameters of 64 entries, or 48 for pawns) become 8x8 boards, mg and
     eg side by side, a1 at the bottom left, on a signed colour scale centred on zero, in
-    PREFIX.boards.png; every other parameter becomes a bar chart (mg and eg bars; values alone) in
-    PREFIX.tables.png."""
+    PREFIX.boards.png; every other parameter becomes a bar chart (mg and eg bars, values alone;
+    each scalar on its own scale) in PREFIX.tables.png."""
     from .params import FirstSquare, ParamFileError, load_params, write_param_plots
 
     try:
