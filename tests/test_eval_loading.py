@@ -200,3 +200,77 @@ def test_example_gradients_match_finite_differences():
                 fd = (continuous(ev, positions[i:i + 1], up, values)[0]
                       - continuous(ev, positions[i:i + 1], down, values)[0]) / (2 * h)
                 assert math.isclose(grad[k, j], fd, rel_tol=1e-6, abs_tol=1e-6), (fens[i], k, j)
+
+
+# -- tuner params: the parameters a run starts from --------------------------------------------
+
+@pytest.mark.parametrize("init", [["--init", "random", "--random-seed", "7", "--random-range",
+                                   "30"], ["--init", "default"], []])
+def test_params_writes_what_a_run_starts_from(runner, tmp_path, init):
+    """`tuner params EVALUATION --init ...` gives, bit for bit, the start of a run whose
+    [evaluation] keys say the same (and with no --init, the keys' default: zero)."""
+    out = tmp_path / "start.json"
+    r = runner.invoke(main, ["params", str(EXAMPLES / "kingsafety.py"), *init, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    keys = dict(zip([k.lstrip("-").replace("-", "_") for k in init[::2]], init[1::2]))
+    ev = {"name": str(EXAMPLES / "kingsafety.py"), **{k: (v if k == "init" else float(v) if
+                                                       k == "random_range" else int(v))
+                                                    for k, v in keys.items()}}
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('[data]\ntrain = ["tiny"]\n[evaluation]\n'
+                        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in ev.items()))
+    run = Run(load_config(cfg_path), tmp_path / "run")
+    start = ParamRegistry.from_json(out)
+    reg = run.registry
+    assert start.names == reg.names and start.meta["evaluation"] == "kingsafety"
+    assert np.concatenate([start.defaults.reshape(-1), start.value_defaults]).tobytes() == \
+        run.theta.tobytes()
+    if not init:
+        assert not start.defaults.any()
+    ev_obj = get_evaluation("kingsafety.py", EXAMPLES)
+    ev_obj.check_params(start)  # a parameter file of the evaluation: --params, diff, init
+
+
+def test_params_of_a_configuration_and_bad_options(runner, tmp_path):
+    r = runner.invoke(main, ["params", "--config", str(EXAMPLES / "kingsafety.toml")])
+    assert r.exit_code == 0, r.output
+    start = ParamRegistry.from_dict(json.loads(r.stdout))
+    run = Run(load_config(EXAMPLES / "kingsafety.toml"), tmp_path / "run")
+    assert start.defaults.tobytes() == run.params.tobytes() and start.meta["K"] == 0.0025
+    r = runner.invoke(main, ["params", "material", "--random-range", "0"])
+    assert r.exit_code != 0 and "--random-range" in r.stderr and "(0, 1e+09]" in r.stderr
+    r = runner.invoke(main, ["params", "material", "--config", str(EXAMPLES / "kingsafety.toml")])
+    assert r.exit_code != 0 and "give neither EVALUATION" in r.stderr
+    r = runner.invoke(main, ["params", "nope.py"])
+    assert r.exit_code != 0 and "no such evaluation file: nope.py" in r.stderr
+
+
+# -- export: namespace and line length ---------------------------------------------------------
+
+def test_export_names_the_namespace_after_the_evaluation_and_wraps_long_arrays(runner, tmp_path):
+    """A run's best.json of an evaluation of one's own exports in that evaluation's namespace
+    (not `best`), and an array of 30 pairs is wrapped to the width of the file's other lines."""
+    reg = ParamRegistry.from_dict({"params": [
+        {"name": "QUEEN_MOBILITY", "shape": [30], "offset": 0,
+         "values": [[-1000 + k, 1000 - k] for k in range(30)]},
+        {"name": "PST", "shape": [64], "offset": 30, "values": [[-100, 100]] * 64}]})
+    best = tmp_path / "best.json"
+    best.write_text(reg.with_meta(evaluation="mine").dumps(note={"K": 0.004, "best_epoch": 3}))
+    r = runner.invoke(main, ["export", str(best)])
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    assert text.startswith("// K: 0.004\n// best_epoch: 3\n")
+    assert "namespace mine {" in text and "namespace best" not in text
+    lines = text.splitlines()
+    start = lines.index("inline constexpr Pair QUEEN_MOBILITY[30] = {")
+    body = lines[start + 1:lines.index("};", start)]
+    header = [ln for ln in lines if ln.startswith("//")]
+    assert len(body) > 1 and max(map(len, body)) <= max(map(len, header))
+    assert ", ".join(ln.strip().rstrip(",") for ln in body) == ", ".join(
+        f"{{{-1000 + k}, {1000 - k}}}" for k in range(30))
+    pst = lines.index("inline constexpr Pair PST[64] = {")
+    assert lines[pst + 1].count("{") == 8  # a table keeps a rank a line
+    plain = tmp_path / "nameless.json"
+    reg.to_json(None, plain)
+    r = runner.invoke(main, ["export", str(plain)])
+    assert r.exit_code == 0 and "namespace nameless {" in r.stdout and "// K:" not in r.stdout

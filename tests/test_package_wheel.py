@@ -27,7 +27,8 @@ PACKAGE_DATA = ["tuner/configs/default.toml", "tuner/configs/clockwork-seed.toml
                 "tuner/configs/clockwork-head.toml", "tuner/samples/registry.toml",
                 "tuner/samples/selfplay-std.parquet", "tuner/samples/selfplay-dfrc.parquet",
                 "tuner/samples/tiny.parquet", "tuner/evals/params/clockwork.json",
-                "tuner/evals/params/clockwork-10d79e6.json", "tuner/evals/params/material.json"]
+                "tuner/evals/params/clockwork-10d79e6.json", "tuner/evals/params/material.json",
+                "tuner/examples/kingsafety.py", "tuner/examples/kingsafety.toml"]
 #: The files a wheel is built from (copied, so that the build writes nothing into the checkout).
 SOURCES = ["pyproject.toml", "README.md", "tuner"]
 #: Conformance positions evaluated by the installed copy (the first lines of each file).
@@ -115,6 +116,10 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
 
     r = run([exe, "configs"], work, env)
     assert [ln.split()[0] for ln in r.stdout.splitlines()] == SHIPPED_CONFIGS
+
+    run([exe, "examples"], work, env)  # the tutorial's files, from the installed copy
+    for name in ("kingsafety.py", "kingsafety.toml"):
+        assert (work / "examples" / name).read_bytes() == (REPO / "examples" / name).read_bytes()
 
     # a project of one's own, run from another directory: its registry is found from its config
     engine = tmp_path / "engine"

@@ -147,3 +147,34 @@ def test_bad_history_is_a_clear_error_and_writes_nothing(tmp_path, h, best, mess
         write_loss_plot(tmp_path / "loss.png", h, best_epoch=best, title="")
     assert message in str(err.value) and "\n" not in str(err.value)
     assert os.listdir(tmp_path) == []
+
+
+def rising(n: int) -> dict:
+    """A run that overfits: the validation loss climbs to the top right corner."""
+    h = history(n, lr=[0.5 ** (e // 10) for e in range(n)])
+    h["val_loss"] = [0.12 + 0.2 * (e / n) ** 2 for e in range(1, n + 1)]
+    return h
+
+
+@pytest.mark.parametrize("h, best", [(rising(20), 20), (rising(20), 1), (history(8), 5),
+                                     (history(150, lr=[1.0 - e / 150 for e in range(150)]), 150)])
+def test_the_legend_covers_no_curve_and_not_the_best_epoch(h, best):
+    """Wherever the curves and the best epoch's star fall (a validation loss climbing to the top
+    right, where the legend used to be; a best epoch first or last), the legend's box holds none
+    of their points."""
+    n = len(h["epoch"])
+    fig = loss_figure(h, best_epoch=best, title="t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.axes[0].get_legend().get_window_extent(renderer)
+    assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+    points = 0
+    for ax in fig.axes:
+        for ln in ax.get_lines():
+            xy = ax.transData.transform(np.column_stack([ln.get_xdata(), ln.get_ydata()]))
+            xy = xy[np.isfinite(xy).all(axis=1)]
+            points += len(xy)
+            inside = ((xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0)
+                      & (xy[:, 1] <= box.y1))
+            assert not inside.any(), ln.get_label()
+    assert points >= 3 * n  # training, validation and learning-rate curves were checked

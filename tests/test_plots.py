@@ -112,19 +112,20 @@ def test_every_clockwork_table_is_a_board_and_every_other_group_a_bar_chart():
         boards = titles(boards_figure(reg, reg.defaults, FirstSquare.A8, "t"))
         assert boards == [f"{t} {p}" for t in tables for p in ("mg", "eg")]
         arrays = [g.name for g in reg.groups if g.shape and not is_board(g)]
-        expected = ["scalar pairs"] + (["value parameters"] if reg.n_values else []) + arrays
+        expected = [g.name for g in reg.groups if not g.shape] + arrays  # a panel a scalar
         assert titles(tables_figure(reg, reg.defaults, reg.value_defaults, "t")) == expected
 
 
 def test_tables_figure_bars_are_the_values(tmp_path):
     reg = small_registry(tmp_path / "p.json")
     fig = tables_figure(reg, reg.defaults, reg.value_defaults, "t")
-    scalars, values, mobility = fig.axes
-    assert [ax.get_title() for ax in fig.axes] == ["scalar pairs", "value parameters", "MOBILITY"]
-    mg, eg = (sorted(p.get_width() for p in c) for c in scalars.containers)
-    pairs = reg.defaults[[reg.index("KNIGHT_MAT"), reg.index("TEMPO")]]
-    assert mg == sorted(pairs[:, 0]) and eg == sorted(pairs[:, 1])
-    assert [p.get_width() for p in values.containers[0]] == list(reg.value_defaults)
+    knight, tempo, bias, mobility = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == ["KNIGHT_MAT", "TEMPO", "BIAS", "MOBILITY"]
+    for ax, name in ((knight, "KNIGHT_MAT"), (tempo, "TEMPO")):  # mg above eg
+        (bars,) = ax.containers
+        assert [p.get_width() for p in bars] == list(reg.defaults[reg.index(name)])
+        assert [p.get_y() for p in bars][0] > [p.get_y() for p in bars][1]
+    assert [p.get_width() for p in bias.containers[0]] == list(reg.value_defaults)
     heights = [[p.get_height() for p in c] for c in mobility.containers]
     np.testing.assert_array_equal(np.array(heights).T, reg.values_of(reg.defaults, "MOBILITY"))
 
@@ -162,9 +163,9 @@ def test_diff_ranks_by_the_largest_component_and_keeps_registry_order_on_ties(tm
                                 ("PAWN_MAT",): (0, -30), ("ROOK_MOBILITY", 3): (0.5, 0)},
                {"WINNABLE_ASYM": 100})
     found = changes(ParamRegistry.from_json(HEAD), ParamRegistry.from_json(b))
-    # PAWN_MAT and KNIGHT_PSQT[10] tie at 30: PAWN_MAT is registered first.
+    # PAWN_MAT and KNIGHT_PSQT entry 10 (c7: entry 0 is a8) tie at 30: PAWN_MAT is first.
     assert [c.name for c in found] == ["WINNABLE_ASYM", "QUEEN_MAT", "PAWN_MAT",
-                                       "KNIGHT_PSQT[10]", "ROOK_MOBILITY[3]"]
+                                       "KNIGHT_PSQT[c7]", "ROOK_MOBILITY[3]"]
     assert [c.size for c in found] == [100, 40, 30, 30, 0.5]
     queen = found[1]
     assert queen.after[0] - queen.before[0] == -12 and queen.delta == (-12, 40)
@@ -183,7 +184,7 @@ def test_diff_command_prints_and_draws_the_top_changes(tmp_path):
     mg0, eg0 = reg.defaults[reg.index("QUEEN_MOBILITY", 27)]
     assert lines[2].split() == ["QUEEN_MOBILITY[27]", f"{mg0:g}", f"{mg0 - 9:g}", "-9",
                                 f"{eg0:g}", f"{eg0 + 9:g}", "9"]
-    assert lines[3].split()[0] == "KING_PSQT[3]" and len(lines) == 5
+    assert lines[3].split()[0] == "KING_PSQT[d8]" and len(lines) == 5
     assert lines[4] == f"wrote {tmp_path / 'b.diff.png'}"
     with Image.open(tmp_path / "b.diff.png") as img:
         assert img.format == "PNG"
@@ -244,3 +245,70 @@ def test_an_unwritable_output_is_a_one_line_error(tmp_path):
     assert result.output.splitlines()[-1] == (f"Error: cannot write {missing / 'd.png'}: No such "
                                               f"file or directory (ENOENT)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "p.json"]
+
+
+def test_every_scalar_is_drawn_on_its_own_scale():
+    """QUEEN_MAT (thousands) and TEMPO_VAL (tens) in separate panels, each axis spanning its
+    own values: TEMPO's bars fill most of their axis instead of a sliver of QUEEN_MAT's."""
+    reg = ParamRegistry.from_json(HEAD)
+    fig = tables_figure(reg, reg.defaults, reg.value_defaults, "t")
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    scalars = [g.name for g in reg.groups if not g.shape]
+    assert len({id(by_title[n]) for n in scalars}) == len(scalars)
+    for name in ("QUEEN_MAT", "TEMPO_VAL", "WINNABLE_BIAS"):
+        g = reg.group(name)
+        v = (reg.defaults[g.offset] if g.kind == "pair" else reg.value_defaults[[g.offset]])
+        lo, hi = by_title[name].get_xlim()
+        span = max(hi, 0) - min(lo, 0)
+        assert np.abs(v).max() >= 0.5 * span, (name, v, (lo, hi))
+    assert abs(reg.defaults[reg.index("QUEEN_MAT")]).max() > 50 * abs(
+        reg.defaults[reg.index("TEMPO_VAL")]).max()  # the case the separate scales are for
+
+
+def test_the_legend_of_the_tables_is_outside_every_panel(tmp_path):
+    reg = small_registry(tmp_path / "p.json")
+    fig = tables_figure(reg, reg.defaults, reg.value_defaults, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["mg", "eg", "value"]
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+
+
+def test_table_entries_are_named_by_square(tmp_path):
+    """`tuner diff` names a changed entry of a 64-entry table by its square, in the order
+    `tuner plot` draws it (--first-square), and a 64-entry value table's bars are labelled so."""
+    reg = small_registry(tmp_path / "a.json")
+    after = reg.defaults.copy()
+    after[reg.index("KNIGHT_PSQT", 8)] += 50          # entry 8: a7 (a8 first) or a2 (a1 first)
+    after[reg.index("PAWN_PSQT", 0)] += 40            # a pawn table's entry 0: a7 or a2
+    after[reg.index("MOBILITY", 3)] += 30
+    reg.to_json(after, tmp_path / "b.json", reg.value_defaults)
+    b = ParamRegistry.from_json(tmp_path / "b.json")
+    assert [c.name for c in changes(reg, b)] == ["KNIGHT_PSQT[a7]", "PAWN_PSQT[a7]", "MOBILITY[3]"]
+    assert [c.name for c in changes(reg, b, FirstSquare.A1)][:2] == ["KNIGHT_PSQT[a2]",
+                                                                     "PAWN_PSQT[a2]"]
+    r = CliRunner().invoke(main, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                  "--first-square", "a1"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[2].startswith("KNIGHT_PSQT[a2] ")
+    table = ParamRegistry.from_dict({"params": [{"name": "PST", "kind": "value", "shape": [2, 64],
+                                                 "offset": 0, "values": [0] * 128}]})
+    fig = tables_figure(table, table.defaults, table.value_defaults, "t")
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels[:2] == ["0,a8", "0,b8"] and labels[64 + 36] == "1,e4"
+
+
+def test_no_negative_zero_in_boards_or_diffs(tmp_path):
+    reg = ParamRegistry.from_dict({"params": [{"name": "T", "shape": [64], "offset": 0,
+                                               "values": [[-0.3, 50]] + [[0, 0]] * 63}]})
+    fig = boards_figure(reg, reg.defaults, FirstSquare.A8, "t")
+    a8 = [t.get_text() for t in fig.axes[0].texts if t.get_position() == (0, 7)]
+    assert a8 == ["0"]  # -0.3 on a scale of 50: whole numbers, and no "-0"
+    before = ParamRegistry.from_dict({"params": [{"name": "X", "shape": [], "offset": 0,
+                                                  "values": [[-0.0, 1]]}]})
+    after = ParamRegistry.from_dict({"params": [{"name": "X", "shape": [], "offset": 0,
+                                                 "values": [[-0.0, 2]]}]})
+    row = format_changes(changes(before, after), 1).splitlines()[1].split()
+    assert row == ["X", "0", "0", "0", "1", "2", "1"]

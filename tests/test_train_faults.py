@@ -166,8 +166,8 @@ def test_kill_after_the_last_checkpoint_is_repaired_on_resume(tmp_path):
     assert len((out / "loss.csv").read_text().splitlines()) == 1 + 4
     reg = ParamRegistry.from_json(out / "params.json")
     from tuner.evals.export import to_cpp
-    assert (out / "params.hpp").read_text() == to_cpp(reg, reg.defaults,
-                                                      value_values=reg.value_defaults)
+    assert (out / "params.hpp").read_text() == f"// K: {reg.meta['K']}\n" + to_cpp(
+        reg, reg.defaults, value_values=reg.value_defaults)
     assert _hidden(out) == []
 
 

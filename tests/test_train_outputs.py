@@ -137,6 +137,29 @@ def test_params_written_after_every_epoch(tmp_path, tiny_data):
     _no_stray_files(tmp_path)
 
 
+def test_outputs_hold_the_k_the_run_fitted(tmp_path, tiny_data):
+    """With k = "fit" the JSON outputs carry the fitted K (not the parameter file's 0.0025) and
+    the evaluation's name, the .hpp files start with it as a comment, and `tuner export` of a
+    JSON output gives its .hpp."""
+    cfg = validate({"data": {"train": ["tiny"]}, "evaluation": {"init": "default"},
+                    "loss": {"k": "fit"},
+                    "training": {"batch_size": 1024, "micro_batch_size": 256}}, "x")
+    run = Run(cfg, tmp_path, epochs=1, threads=1, log=lambda s: None)
+    run.run(tiny_data)
+    shipped_k = cw.registry().meta["K"]
+    assert run.k != shipped_k and run.best_epoch == 1
+    for stem in ("params", "best"):
+        reg = ParamRegistry.from_json(tmp_path / f"{stem}.json")
+        assert reg.meta["K"] == run.k and reg.meta["note"]["K"] == run.k
+        assert reg.meta["evaluation"] == "clockwork"
+        hpp = (tmp_path / f"{stem}.hpp").read_text()
+        assert hpp.startswith(f"// K: {run.k}\n")
+        r = CliRunner().invoke(main, ["export", str(tmp_path / f"{stem}.json")])
+        assert r.exit_code == 0, r.output
+        assert r.stdout == hpp
+    assert "// best_epoch: 1\n" in (tmp_path / "best.hpp").read_text()
+
+
 def test_run_without_validation_set(tmp_path):
     cfg = tmp_path / "run.toml"
     text = replace_once(TINY_TOML, '["tiny"]', '["tiny"]\nvalidation_fraction = 0.0')

@@ -209,10 +209,11 @@ def test_best_epoch_is_kept_and_early_stopping_stops(tmp_path):
     assert any(line.startswith("early stop after epoch") for line in logs)
     saved = ParamRegistry.from_json(tmp_path / "a" / "best.json")
     note = json.loads((tmp_path / "a" / "best.json").read_text())["note"]
-    assert note == {"best_epoch": best, "validation_loss": run.best_val}
+    assert note == {"K": run.k, "best_epoch": best, "validation_loss": run.best_val}
     np.testing.assert_array_equal(np.asarray(saved.defaults).reshape(-1),
                                   run.best_theta[: 2 * run.registry.n_params])
-    assert (tmp_path / "a" / "best.hpp").read_text().startswith(f"// best_epoch: {best}\n")
+    assert (tmp_path / "a" / "best.hpp").read_text().startswith(
+        f"// K: {run.k}\n// best_epoch: {best}\n")
     assert not np.array_equal(run.best_theta, run.theta)  # the last epoch is not the best
 
 

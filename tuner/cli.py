@@ -1,4 +1,4 @@
-"""Command-line interface: `tuner train|configs|bench|eval|export|plot|diff|convert|data`."""
+"""Command-line interface: `tuner train|configs|bench|eval|export|params|plot|diff|convert|data|examples`."""
 import click
 
 
@@ -8,11 +8,14 @@ def main() -> None:
     """Fast Texel tuning of hand-crafted chess evaluations."""
 
 
-# --- evaluation commands (eval, export) -------------------------------------------------------
-from tuner.evals.commands import eval_cmd, export_cmd  # noqa: E402  (light: click only)
+# --- evaluation commands (eval, export, params) -----------------------------------------------
+from tuner.evals.commands import (eval_cmd, examples_cmd, export_cmd,  # noqa: E402  (light: click only)
+                                  params_cmd)
 
 main.add_command(eval_cmd)
 main.add_command(export_cmd)
+main.add_command(params_cmd)
+main.add_command(examples_cmd)
 
 # --- picture commands (plot, diff) ------------------------------------------------------------
 from tuner.plots.commands import diff_cmd, plot_cmd  # noqa: E402  (light: click only)

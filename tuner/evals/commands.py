@@ -1,4 +1,5 @@
-"""Click commands of the evaluation layer: ``tuner eval`` and ``tuner export``.
+"""Click commands of the evaluation layer: ``tuner eval``, ``tuner export``, ``tuner params`` and
+``tuner examples``.
 
 Registered on the main group in tuner/cli.py ("evaluation commands" section). Heavy imports
 (numba, the evaluation) happen inside the commands so ``tuner --help`` stays quick.
@@ -213,19 +214,127 @@ def export_cmd(params, fmt, evaluation, output):
 
     Clockwork's parameters are written as Clockwork's src/eval_constants.hpp (a clockwork-10d79e6
     file in that engine commit's own layout, value parameters and sigmoid included); any other
-    evaluation's in the generic array form of docs/evaluations.md."""
+    evaluation's in the generic array form of docs/evaluations.md, in a namespace named after the
+    evaluation (the file's "evaluation" field, which runs write; else the file's name). The
+    C++ of a run's output starts with its note as comments (the K it trained with, the best
+    epoch): `tuner export DIR/best.json` is DIR/best.hpp."""
+    from tuner.fileio import atomic_write
+
     from . import CPP_ARRAY, evaluation_of_params
-    from .export import export
+    from .export import cpp_comments, export
 
     ev = None if evaluation is None else _evaluation(evaluation)
     reg = _read_params(params, ev)
     if ev is None:
         ev = evaluation_of_params(reg)
-    style, name = (CPP_ARRAY, Path(params).stem) if ev is None else (ev.cpp, ev.name)
+    named = reg.meta.get("evaluation")  # written by runs and `tuner params`
+    name = named if isinstance(named, str) and named else Path(params).stem
+    style, name = (CPP_ARRAY, name) if ev is None else (ev.cpp, ev.name)
     try:
-        text = export(reg, reg.defaults, fmt, None if output == "-" else output,
-                      reg.value_defaults, cpp_style=style, name=name)
+        text = export(reg, reg.defaults, fmt, None, reg.value_defaults, cpp_style=style, name=name)
+        if fmt == "cpp":
+            text = cpp_comments(reg.meta.get("note")) + text
+        if output != "-":
+            atomic_write(output, text)
     except (OSError, ValueError, KeyError) as e:
         raise click.ClickException(f"{params}: {e}") from None
     if output == "-":
         click.echo(text, nl=False)
+
+
+@click.command("params")
+@click.argument("evaluation", required=False)
+@click.option("--config", "config_name", metavar="CONFIG",
+              help="Write what this configuration's run starts from (its [evaluation] name, "
+                   "init and random_* keys, and its K when it is a number); not with "
+                   "EVALUATION or the options below.")
+@click.option("--init", help="'zero' (the default of [evaluation] init), 'default' (the "
+                             "evaluation's own values), 'random' or a parameter JSON file.")
+@click.option("--random-seed", type=int, help="Seed of --init random (default: 0).")
+@click.option("--random-center", type=float, help="Centre of --init random (default: 0).")
+@click.option("--random-range", type=float, help="Half-width of --init random (default: 100).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Output file (default: stdout).")
+def params_cmd(evaluation, config_name, init, random_seed, random_center, random_range, output):
+    """Write the parameters a run starts from, as a parameter file (registry JSON).
+
+    EVALUATION is a registered name, a module path or a .py file; --init and --random-* mean
+    what the [evaluation] keys of a configuration mean (`tuner train --help-config`), and the
+    values are computed by the same code as a run's start (constants keep their defaults). The
+    file names the evaluation; use it as `tuner diff START.json DIR/best.json`, as --params or
+    as [evaluation] init.
+
+    \b
+      tuner params examples/kingsafety.py --init default -o start.json
+      tuner params --config examples/kingsafety.toml -o start.json"""
+    from tuner.fileio import atomic_write
+    from tuner.shipped import find_config
+    from tuner.train.config import SCHEMA, Config, ConfigError, load_config
+    from tuner.train.loop import initial_params
+
+    options = {"init": init, "random_seed": random_seed, "random_center": random_center,
+               "random_range": random_range}
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        if config_name is not None:
+            if evaluation is not None or given:
+                raise click.UsageError("--config takes the evaluation and init from the "
+                                       "configuration: give neither EVALUATION nor --init/--random-*")
+            cfg = load_config(find_config(config_name))
+        else:
+            if evaluation is None:
+                raise click.UsageError("give EVALUATION (or --config CONFIG)")
+            keys = SCHEMA["evaluation"]
+            for k, v in given.items():
+                err = keys[k].check(v) if keys[k].check else None
+                if err:
+                    raise click.BadParameter(err, param_hint=f"--{k.replace('_', '-')}")
+            cfg = Config({"evaluation": {**{k: key.default for k, key in keys.items()},
+                                         "name": evaluation, **given}})
+        ev = _evaluation_at(cfg)
+        theta = initial_params(cfg, ev.registry)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    n = ev.registry.n_params
+    meta = {"evaluation": ev.name}
+    k = cfg.values.get("loss", {}).get("k")
+    if isinstance(k, (int, float)):
+        meta["K"] = float(k)
+    text = ev.registry.with_meta(**meta).dumps(theta[:2 * n].reshape(n, 2),
+                                               value_values=theta[2 * n:])
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        atomic_write(output, text)
+    except OSError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"wrote {output}", err=True)
+
+
+def _evaluation_at(cfg):
+    """The evaluation of `cfg`'s ``[evaluation] name`` (a file relative to the config's folder),
+    or a one-line ClickException."""
+    from . import get_evaluation
+
+    try:
+        return get_evaluation(cfg["evaluation"]["name"], cfg.resolve_path("."))
+    except (ValueError, TypeError) as e:
+        where = f"{cfg.path}: [evaluation] name" if cfg.path else "EVALUATION"
+        raise click.ClickException(f"{where}: {e}") from None
+
+
+@click.command("examples")
+@click.argument("directory", type=click.Path(file_okay=False), default="examples")
+def examples_cmd(directory):
+    """Write the tutorial's example evaluation (docs/tutorial.md: kingsafety.py and the
+    configuration that trains it, kingsafety.toml) into DIRECTORY (default: ./examples), to
+    follow the tutorial from an installed copy. Files already there are not overwritten."""
+    from tuner.shipped import write_examples
+
+    try:
+        written = write_examples(Path(directory))
+    except OSError as e:
+        raise click.ClickException(str(e)) from None
+    for path in written:
+        click.echo(f"wrote {path}")

@@ -128,11 +128,14 @@ def to_json(registry: ParamRegistry, values=None, path=None, value_values=None) 
 #
 # inside ``namespace <evaluation name>`` with a ``struct Pair { int mg; int eg; };``. Values are
 # rounded like std::round; a comment ``// not tuned: ...`` lists the constant entries of a group.
+# Arrays other than 64-entry tables are wrapped at LINE_WIDTH characters.
 # Group names become identifiers by replacing every other character with '_'.
 
 ARRAY_INDENT = " " * 4
 TABLE_SIZE = 64        # a group of this many entries is a board table: eight entries a line
 TABLE_ROW = 8
+#: Other arrays are wrapped to the width of the rest of the file (its comment lines).
+LINE_WIDTH = 80
 PAIR_STRUCT = ("struct Pair {", "    int mg;", "    int eg;", "};")
 
 
@@ -142,12 +145,26 @@ def cpp_identifier(name: str) -> str:
     return "_" + ident if ident[:1].isdigit() else ident
 
 
+def _wrapped(cells: list, indent: str) -> list:
+    """``cell,`` items on lines of at most `LINE_WIDTH` characters (a longer item alone)."""
+    lines, line = [], indent
+    for c in cells:
+        item = c + ","
+        if line != indent and len(line) + 1 + len(item) > LINE_WIDTH:
+            lines.append(line)
+            line = indent
+        line += item if line == indent else " " + item
+    return lines + [line]
+
+
 def _nested(cells: list, shape: tuple, indent: str, table: bool) -> list:
-    """Initializer lines of `cells` (strings, row-major) with `shape` (rank >= 1)."""
+    """Initializer lines of `cells` (strings, row-major) with `shape` (rank >= 1): a board table
+    a rank a line, other arrays wrapped at `LINE_WIDTH`."""
     if len(shape) == 1:
-        per_line = TABLE_ROW if table else len(cells)
-        return [indent + " ".join(c + "," for c in cells[r:r + per_line])
-                for r in range(0, len(cells), per_line)]
+        if not table:
+            return _wrapped(cells, indent)
+        return [indent + " ".join(c + "," for c in cells[r:r + TABLE_ROW])
+                for r in range(0, len(cells), TABLE_ROW)]
     step = len(cells) // shape[0]
     out = []
     for r in range(shape[0]):
@@ -193,6 +210,14 @@ def to_array_cpp(registry: ParamRegistry, values=None, value_values=None,
         out.append("};")
     out += ["", f"}}  // namespace {namespace}", ""]
     return "\n".join(out)
+
+
+def cpp_comments(note) -> str:
+    """The comment lines a run's C++ output starts with: ``// key: value`` for every item of
+    `note` (a parameter file's ``"note"``: the K the run used, its best epoch); '' for none."""
+    if not isinstance(note, dict):
+        return ""
+    return "".join(f"// {k}: {v}\n" for k, v in note.items())
 
 
 def to_cpp_style(style: str, registry: ParamRegistry, values=None, value_values=None,

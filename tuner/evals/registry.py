@@ -3,7 +3,8 @@
 The on-disk schema is the one of ``clockwork-params.json`` / ``clockwork-head-params.json`` (see
 ``tuner/evals/params/``)::
 
-    {"source": ..., "format": ..., "K": ..., "phase_weights": {...}, "phase_max": 24,
+    {"source": ..., "format": ..., "evaluation": ..., "K": ..., "phase_weights": {...},
+     "phase_max": 24, "note": {...},
      "total_pair_entries": N, "total_value_entries": V,
      "constant_pair_entries": C, "constant_value_entries": D,
      "params": [{"name": ..., "kind": "pair" | "value", "shape": [...], "offset": ...,
@@ -16,6 +17,10 @@ pairs-only files written before value parameters existed load unchanged. Pairs a
 two separate flat vectors: groups are kept in registration order and flattened row-major, and entry
 ``i`` of group ``g`` has index ``g.offset + i`` in its own kind's vector.
 
+``evaluation`` (the name of the evaluation the values belong to), ``K`` (the scale of the
+sigmoid the values were tuned with) and ``note`` (what a run says about them: K, best epoch) are
+written by runs and by ``tuner params``, and kept through a read and a write.
+
 ``ParamRegistry.to_json`` writes the same schema with the values replaced, so a tuned output is
 readable by ``from_json``. A registry with value parameters writes ``kind`` on every group and the
 value counts; a pairs-only registry writes the original schema (no ``kind``), byte for byte what it
@@ -23,6 +28,7 @@ was before.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -32,7 +38,7 @@ import numpy as np
 
 from tuner.fileio import atomic_write
 
-_SCHEMA_KEYS = ("source", "format", "K", "phase_weights", "phase_max")
+_SCHEMA_KEYS = ("source", "format", "evaluation", "K", "phase_weights", "phase_max", "note")
 _ENTRY_KEYS = ("name", "kind", "shape", "offset", "values", "constant")
 
 PAIR = "pair"
@@ -143,7 +149,7 @@ class ParamRegistry:
     ``n_params`` (number of pair entries), ``defaults`` (float64[n_params, 2]), ``constant``
     (bool[n_params]), ``n_values`` (number of value entries), ``value_defaults``
     (float64[n_values]), ``value_constant`` (bool[n_values]), ``meta`` (the other top-level JSON
-    fields: source, format, K, phase_weights, phase_max).
+    fields: source, format, evaluation, K, phase_weights, phase_max, note).
     """
 
     def __init__(self, groups: Sequence[ParamGroup], defaults: np.ndarray,
@@ -178,6 +184,13 @@ class ParamRegistry:
         self.value_constant = _frozen(np.array([c for g in self.value_groups for c in g.constant],
                                                dtype=np.bool_))
         self.meta = dict(meta or {})
+
+    def with_meta(self, **fields) -> "ParamRegistry":
+        """The same parameters and values with these top-level fields set (e.g. ``K=`` the K a
+        run trained with, ``evaluation=`` its name); this registry is left as it is."""
+        reg = copy.copy(self)
+        reg.meta = {**self.meta, **fields}
+        return reg
 
     # ------------------------------------------------------------------ lookup
     def __len__(self) -> int:
@@ -342,8 +355,8 @@ class ParamRegistry:
 
     def dumps(self, values=None, value_values=None, note: dict | None = None) -> str:
         """JSON text in the layout of clockwork-params.json (one group per three lines); `note`
-        (e.g. where tuned parameters came from) is written as a top-level ``"note"`` object,
-        which reading ignores."""
+        (e.g. where tuned parameters came from) is written as the top-level ``"note"`` object
+        (in place of the registry's own, if it has one)."""
         d = self.to_dict(values, value_values)
         head = {k: d[k] for k in d if k != "params"}
         if note is not None:

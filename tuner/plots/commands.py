@@ -15,6 +15,14 @@ from tuner.fileio import WriteError
 DEFAULT_TOP = 20
 
 
+#: The option of both commands: how a table's entries map to squares.
+FIRST_SQUARE = click.option(
+    "--first-square", type=click.Choice(["a8", "a1"]), default="a8", show_default=True,
+    help="The square of entry 0 of a 64-entry table: a8 (entries a8..h8, a7..h7, ...; "
+         "Clockwork's tables, seen from the side they apply to) or a1 (a1..h1, a2..h2, ...). A "
+         "48-entry pawn table starts one rank further in (a7 or a2).")
+
+
 def _stem(path: str) -> str:
     """`path` without a trailing ``.json``: the default prefix of the pictures drawn from it."""
     return path[:-len(".json")] if path.endswith(".json") else path
@@ -25,17 +33,14 @@ def _stem(path: str) -> str:
 @click.option("-o", "--out", "prefix", metavar="PREFIX",
               help="Write PREFIX.boards.png and PREFIX.tables.png (default: PARAMS without "
                    ".json, beside it).")
-@click.option("--first-square", type=click.Choice(["a8", "a1"]), default="a8", show_default=True,
-              help="The square of entry 0 of a 64-entry table: a8 (entries a8..h8, a7..h7, ...; "
-                   "Clockwork's tables, seen from the side they apply to) or a1 (a1..h1, a2..h2, "
-                   "...). A 48-entry pawn table starts one rank further in (a7 or a2).")
+@FIRST_SQUARE
 def plot_cmd(params: str, prefix: str | None, first_square: str) -> None:
     """Draw the parameters of PARAMS (registry JSON of any evaluation, e.g. a run's params.json).
 
     Piece-square tables (pair parameters of 64 entries, or 48 for pawns) become 8x8 boards, mg and
     eg side by side, a1 at the bottom left, on a signed colour scale centred on zero, in
-    PREFIX.boards.png; every other parameter becomes a bar chart (mg and eg bars; values alone) in
-    PREFIX.tables.png."""
+    PREFIX.boards.png; every other parameter becomes a bar chart (mg and eg bars, values alone;
+    each scalar on its own scale) in PREFIX.tables.png."""
     from .params import FirstSquare, ParamFileError, load_params, write_param_plots
 
     try:
@@ -57,22 +62,24 @@ def plot_cmd(params: str, prefix: str | None, first_square: str) -> None:
               help="How many of the largest changes to print and draw.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False),
               help="The picture of the changes (default: B without .json, plus .diff.png).")
-def diff_cmd(before: str, after: str, top: int, out: str | None) -> None:
+@FIRST_SQUARE
+def diff_cmd(before: str, after: str, top: int, out: str | None, first_square: str) -> None:
     """Print the largest changes from A.json to B.json (two parameter files of one evaluation) and
     draw them.
 
     An entry's change is the larger of its |mg delta| and |eg delta| (|delta| for a value
     parameter); entries are ranked by it, largest first, and unchanged entries are left out. Each
-    line shows the entry's name, then mg before / after / delta and eg before / after / delta."""
+    line shows the entry's name (a table's entry by its square: KNIGHT_PSQT[e4]), then mg before /
+    after / delta and eg before / after / delta."""
     from .diff import changes, check_same_layout, format_changes, write_changes_plot
-    from .params import ParamFileError, load_params
+    from .params import FirstSquare, ParamFileError, load_params
 
     try:
         a, b = load_params(before), load_params(after)
         check_same_layout(a, b, before, after)
     except ParamFileError as e:
         raise click.ClickException(str(e)) from None
-    found = changes(a, b)
+    found = changes(a, b, FirstSquare(first_square))
     if not found:
         click.echo(f"no parameter differs between {before} and {after}")
         return

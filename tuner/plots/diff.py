@@ -3,7 +3,8 @@
 Every entry (each (mg, eg) pair and each value) of B is compared with the same entry of A; an
 entry's change is the larger of ``|mg_B - mg_A|`` and ``|eg_B - eg_A|`` (``|B - A|`` for a value).
 Entries are ranked by that change, largest first; equal changes keep the registry's order (pairs
-in registration order, then values). Unchanged entries are left out.
+in registration order, then values). Unchanged entries are left out. An entry of a 64-entry table
+is named by its square (``KNIGHT_PSQT[e4]``), in the order `tuner plot` draws the table.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from tuner.evals.registry import PAIR, ParamRegistry
 from .figure import new_figure, save_png
-from .params import ParamFileError, draw_bars
+from .params import FirstSquare, ParamFileError, draw_bars, entry_names
 
 #: Inches of figure height per ranked change, and the fixed part (title, axis, legend).
 CHANGE_INCHES, FRAME_INCHES = 0.28, 1.4
@@ -63,16 +64,19 @@ def check_same_layout(a: ParamRegistry, b: ParamRegistry, a_name: str, b_name: s
                              f"{len(la)} (first extra group: {extra} in {name})")
 
 
-def changes(a: ParamRegistry, b: ParamRegistry) -> list[Change]:
-    """The entries whose values differ from `a` (before) to `b` (after), largest change first.
-    The registries must have the same layout (see `check_same_layout`)."""
+def changes(a: ParamRegistry, b: ParamRegistry,
+            first: FirstSquare = FirstSquare.A8) -> list[Change]:
+    """The entries whose values differ from `a` (before) to `b` (after), largest change first;
+    a table's entries are named by square, its entry 0 on `first`. The registries must have the
+    same layout (see `check_same_layout`)."""
     found = []
     pa, pb = a.defaults, b.defaults
-    for i, name in enumerate(a.entry_names()):
+    pair_names, value_names = entry_names(a, first)
+    for i, name in enumerate(pair_names):
         if (pa[i] != pb[i]).any():
             found.append(Change(name, PAIR, tuple(map(float, pa[i])), tuple(map(float, pb[i]))))
     va, vb = a.value_defaults, b.value_defaults
-    for i, name in enumerate(a.value_entry_names()):
+    for i, name in enumerate(value_names):
         if va[i] != vb[i]:
             found.append(Change(name, "value", (float(va[i]), math.nan), (float(vb[i]), math.nan)))
     # sorted() is stable: equal changes keep the registry's order.
@@ -80,7 +84,7 @@ def changes(a: ParamRegistry, b: ParamRegistry) -> list[Change]:
 
 
 def _num(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x:.6g}"
+    return "-" if math.isnan(x) else f"{x + 0.0:.6g}"  # + 0.0: -0.0 is written 0
 
 
 def format_changes(found: list[Change], top: int) -> str:
@@ -110,7 +114,7 @@ def changes_figure(found: list[Change], top: int, title: str) -> Figure:
     draw_bars(ax, [c.name for c in shown], deltas, None, horizontal=True)
     ax.set_title(title)
     ax.set_xlabel("change (after - before)")
-    ax.legend(loc="best")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside upper right", ncols=2)
     return fig
 
 

@@ -35,3 +35,9 @@ def save_png(fig: Figure, path: str | os.PathLike) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     atomic_write(path, buf.getvalue())
+
+
+def number_text(x: float, digits: int) -> str:
+    """`x` with `digits` decimals, never ``-0`` (a value that rounds to zero is written 0)."""
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text

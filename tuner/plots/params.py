@@ -6,7 +6,8 @@ stand on); every other group is drawn as bars. A table's entry ``i`` is the squa
 counted from `FirstSquare` along the ranks: ``a8`` (Clockwork's tables: a8, b8, ..., h1, as the
 side to which the table applies sees the board, the row of index 0 being its far rank) or ``a1``
 (a1, b1, ..., h8). Boards are drawn with a1 at the bottom left, mg and eg side by side, on a signed
-diverging colour scale centred on zero and shared by a table's mg and eg board.
+diverging colour scale centred on zero and shared by a table's mg and eg board. Every scalar gets a
+bar panel of its own scale; an entry of a table is named by its square (``KNIGHT_PSQT[e4]``).
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from tuner.evals.registry import PAIR, ParamGroup, ParamRegistry
-from .figure import GRID_ALPHA, SMALL_FONT, TITLE_INCHES, new_figure, save_png
+from .figure import GRID_ALPHA, SMALL_FONT, TITLE_INCHES, new_figure, number_text, save_png
 
 FILES = "abcdefgh"
 RANKS = "12345678"
@@ -39,9 +42,13 @@ EMPTY_SQUARE = "#d9d9d9"  # squares a table does not cover (a pawn table's first
 #: frame (title, axis), and of a row's colour bar; panels per row of bars.
 BOARD_INCHES = 3.4
 PANEL_INCHES = (5.4, 3.0)
-SCALAR_BAR_INCHES, SCALAR_FRAME_INCHES = 0.24, 0.8
+SCALAR_PANEL_INCHES = 1.2
 COLOURBAR_INCHES = 1.2
 PANEL_COLUMNS = 3
+#: Scalars are drawn one a panel (each on its own scale: a material value of thousands would
+#: flatten a tempo bonus of ten), this many panels a row.
+SCALAR_COLUMNS = 5
+SCALAR_TICKS = 3  # at most this many ticks on a scalar's axis
 #: Colour bars span this fraction of their row; bars of one label share this width (1 = touching
 #: the next label's); tick labels turn vertical from this many bars on.
 COLOURBAR_SHRINK = 0.8
@@ -99,6 +106,34 @@ def is_board(group: ParamGroup) -> bool:
                                                    (BOARD_SIZE, BOARD_SIZE)))
 
 
+def square_name(index: int, first: FirstSquare, size: int = SQUARES) -> str:
+    """The square of entry `index` of a table of `size` entries (64, or 48 for a pawn table)
+    whose entry 0 is on `first`'s square (the order `board_grid` draws)."""
+    j = index + (SQUARES - size) // 2
+    rank, file = divmod(j, BOARD_SIZE)
+    return FILES[file] + RANKS[BOARD_SIZE - 1 - rank if first == FirstSquare.A8 else rank]
+
+
+def entry_indices(group: ParamGroup, i: int, first: FirstSquare) -> list[str]:
+    """The indices of entry `i` of `group` as text: a board's entry is its square; in an array
+    whose last axis has 64 entries, that axis is a square (``[2, "e4"]`` for ``PSQT[2][e4]``)."""
+    if is_board(group):
+        return [square_name(i, first, group.size)]
+    idx = [int(k) for k in np.unravel_index(i, group.shape)]
+    if group.shape[-1] == SQUARES:
+        return [str(k) for k in idx[:-1]] + [square_name(idx[-1], first)]
+    return [str(k) for k in idx]
+
+
+def entry_names(registry: ParamRegistry, first: FirstSquare) -> tuple[list[str], list[str]]:
+    """Readable names of every pair entry and every value entry, in flat order: ``NAME`` for a
+    scalar, ``NAME[i]`` for an array, ``NAME[e4]`` for a table's square (see `entry_indices`)."""
+    def names(groups):
+        return [g.name + "".join(f"[{k}]" for k in entry_indices(g, i, first)) if g.shape
+                else g.name for g in groups for i in range(g.size)]
+    return names(registry.pair_groups), names(registry.value_groups)
+
+
 def board_grid(values: np.ndarray, first: FirstSquare) -> np.ndarray:
     """float64[8, 8] of one table's 64 or 48 values, ``grid[rank, file]`` with rank 0 = rank 1
     (draw with ``origin="lower"`` for a1 at the bottom left); NaN on squares it does not cover."""
@@ -131,7 +166,7 @@ def _draw_board(ax, grid: np.ndarray, norm: Normalize, title: str):
             v = grid[rank, file]
             if np.isfinite(v):
                 dark = abs(v) >= DARK_CELL_FRACTION * norm.vmax
-                ax.text(file, rank, f"{v:.{digits}f}", ha="center", va="center",
+                ax.text(file, rank, number_text(v, digits), ha="center", va="center",
                         fontsize=SMALL_FONT, color="white" if dark else "black")
     return image
 
@@ -156,9 +191,8 @@ def boards_figure(registry: ParamRegistry, values: np.ndarray, first: FirstSquar
     return fig
 
 
-def _entry_labels(group: ParamGroup) -> list[str]:
-    return [",".join(str(int(k)) for k in np.unravel_index(i, group.shape))
-            for i in range(group.size)]
+def _entry_labels(group: ParamGroup, first: FirstSquare) -> list[str]:
+    return [",".join(entry_indices(group, i, first)) for i in range(group.size)]
 
 
 def draw_bars(ax, labels: list[str], pairs: np.ndarray | None, values: np.ndarray | None,
@@ -193,53 +227,68 @@ class _Panel:
     values: np.ndarray | None
 
 
-def _panels(registry: ParamRegistry, values: np.ndarray, value_values: np.ndarray):
-    """(scalar panels, array panels) of the groups that are not boards."""
+def _panels(registry: ParamRegistry, values: np.ndarray, value_values: np.ndarray,
+            first: FirstSquare):
+    """(scalar panels, array panels) of the groups that are not boards: one panel per scalar
+    (its mg and eg bars, or its value), one per array."""
     pv = np.asarray(values, dtype=np.float64)
     vv = np.asarray(value_values, dtype=np.float64)
     scalars, arrays = [], []
-    pair_scalars = [g for g in registry.pair_groups if not g.shape]
-    value_scalars = [g for g in registry.value_groups if not g.shape]
-    if pair_scalars:
-        scalars.append(_Panel("scalar pairs", [g.name for g in pair_scalars],
-                              pv[[g.offset for g in pair_scalars]], None))
-    if value_scalars:
-        scalars.append(_Panel("value parameters", [g.name for g in value_scalars], None,
-                              vv[[g.offset for g in value_scalars]]))
     for g in registry.groups:
-        if g.shape and not is_board(g):
-            pairs = pv[g.slice] if g.kind == PAIR else None
-            arrays.append(_Panel(g.name, _entry_labels(g), pairs,
-                                 None if g.kind == PAIR else vv[g.slice]))
+        pairs = pv[g.slice] if g.kind == PAIR else None
+        vals = None if g.kind == PAIR else vv[g.slice]
+        if not g.shape:
+            scalars.append(_Panel(g.name, list(PHASES) if g.kind == PAIR else ["value"],
+                                  pairs, vals))
+        elif not is_board(g):
+            arrays.append(_Panel(g.name, _entry_labels(g, first), pairs, vals))
     return scalars, arrays
 
 
+def _grid_rows(n: int, columns: int) -> int:
+    return -(-n // columns)
+
+
 def tables_figure(registry: ParamRegistry, values: np.ndarray, value_values: np.ndarray,
-                  title: str) -> Figure | None:
-    """Bar charts of every group that is not a board: the scalar pairs in one horizontal chart,
-    the scalar values in another, then one panel per array (Axes titled by the group's name);
-    None if every group is a board."""
-    scalars, arrays = _panels(registry, values, value_values)
+                  title: str, first: FirstSquare = FirstSquare.A8) -> Figure | None:
+    """Bar charts of every group that is not a board: one small panel per scalar, on its own
+    scale (a pair's mg and eg bars, a value's bar), then one panel per array (every Axes titled by
+    its group's name; a table's entries labelled by square, `entry_indices`); None if every
+    group is a board."""
+    scalars, arrays = _panels(registry, values, value_values, first)
     if not scalars and not arrays:
         return None
-    array_rows = -(-len(arrays) // PANEL_COLUMNS)
-    heights = [SCALAR_BAR_INCHES * len(p.labels) + SCALAR_FRAME_INCHES for p in scalars]
-    heights += [PANEL_INCHES[1]] * array_rows
+    scalar_rows = _grid_rows(len(scalars), SCALAR_COLUMNS)
+    array_rows = _grid_rows(len(arrays), PANEL_COLUMNS)
+    heights = [SCALAR_PANEL_INCHES] * scalar_rows + [PANEL_INCHES[1]] * array_rows
     fig = new_figure(PANEL_INCHES[0] * PANEL_COLUMNS, sum(heights) + TITLE_INCHES)
     fig.suptitle(title)
-    grid = fig.add_gridspec(len(heights), PANEL_COLUMNS, height_ratios=heights)
-    for row, p in enumerate(scalars):
-        ax = fig.add_subplot(grid[row, :])
-        draw_bars(ax, p.labels, p.pairs, p.values, horizontal=True)
-        ax.set_title(p.title)
-        ax.legend(loc="best")
+    outer = fig.add_gridspec(len(heights), 1, height_ratios=heights)
+    for k, p in enumerate(scalars):
+        row = outer[k // SCALAR_COLUMNS].subgridspec(1, SCALAR_COLUMNS)
+        ax = fig.add_subplot(row[k % SCALAR_COLUMNS])
+        if p.pairs is not None:  # mg above eg, in the colours of the legend
+            ax.barh([1, 0], p.pairs[0], BAR_GROUP_WIDTH, color=PHASE_COLOURS)
+        else:
+            ax.barh([0], p.values, BAR_GROUP_WIDTH, color=VALUE_COLOUR)
+        ax.set_yticks([])
+        ax.xaxis.set_major_locator(MaxNLocator(SCALAR_TICKS))
+        ax.axvline(0, color="black", linewidth=ZERO_LINE_WIDTH)
+        ax.tick_params(labelsize=SMALL_FONT)
+        ax.grid(True, axis="x", alpha=GRID_ALPHA)
+        ax.set_title(p.title, fontsize=SMALL_FONT + 1)
     for k, p in enumerate(arrays):
-        ax = fig.add_subplot(grid[len(scalars) + k // PANEL_COLUMNS, k % PANEL_COLUMNS])
+        row = outer[scalar_rows + k // PANEL_COLUMNS].subgridspec(1, PANEL_COLUMNS)
+        ax = fig.add_subplot(row[k % PANEL_COLUMNS])
         draw_bars(ax, p.labels, p.pairs, p.values)
         ax.set_title(p.title)
         ax.set_xlabel("index")
-        if k == 0:
-            ax.legend(loc="best")
+    handles = []  # the colours, outside every panel
+    if any(p.pairs is not None for p in scalars + arrays):
+        handles += [Patch(color=c, label=ph) for ph, c in zip(PHASES, PHASE_COLOURS)]
+    if any(p.values is not None for p in scalars + arrays):
+        handles.append(Patch(color=VALUE_COLOUR, label="value"))
+    fig.legend(handles=handles, loc="outside upper right", ncols=len(handles))
     return fig
 
 
@@ -252,7 +301,7 @@ def write_param_plots(registry: ParamRegistry, prefix: str | os.PathLike,
     figures = (("boards", boards_figure(registry, registry.defaults, first,
                                          f"{name}: piece-square tables (a1 bottom left)")),
                ("tables", tables_figure(registry, registry.defaults, registry.value_defaults,
-                                        f"{name}: parameters")))
+                                        f"{name}: parameters", first)))
     written = []
     for suffix, fig in figures:
         if fig is not None:

@@ -6,8 +6,9 @@ A run writes into its output directory:
 * ``train.log``: one line per epoch (also printed);
 * ``checkpoint.npz``: after every epoch, atomically: parameters, optimiser state, step and epoch,
   the shuffle RNG state, the loss history and the config digest;
-* ``params.json`` and ``params.hpp``: the current parameters (registry JSON; C++ in the
-  evaluation's export style);
+* ``params.json`` and ``params.hpp``: the current parameters (registry JSON, with the
+  evaluation's name and the K the run trains with; C++ in the evaluation's export style, the K
+  in a comment);
 * ``best.json`` and ``best.hpp``: the parameters of the epoch with the lowest validation loss so
   far (the epoch is in the JSON's ``meta``), which is what a run's result usually is: later
   epochs may fit the training games better and the held-out games worse;
@@ -42,6 +43,7 @@ from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
+from tuner.evals.export import cpp_comments
 from tuner.evals.generic import continuous
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
@@ -295,12 +297,15 @@ class Run:
 
     def write_params(self, stem: str = "params", theta: np.ndarray | None = None,
                      note: dict | None = None) -> None:
-        """``stem.json`` and ``stem.hpp`` of `theta` (default: the current parameters); `note`
-        goes into the JSON (``"note"``) and a comment at the top of the C++."""
+        """``stem.json`` and ``stem.hpp`` of `theta` (default: the current parameters). The JSON
+        names the evaluation and holds the K the run trains with (fitted or given) as ``"K"``;
+        its ``"note"`` (K, then `note`) is also the C++'s first comment lines."""
         pairs, values = split_params(self.theta if theta is None else theta,
                                      self.registry.n_params)
+        note = {"K": self.k, **(note or {})}
+        registry = self.registry.with_meta(evaluation=self.evaluation.name, K=self.k)
         atomic_write(self.out / f"{stem}.json",
-                     self.registry.dumps(pairs, value_values=values, note=note))
+                     registry.dumps(pairs, value_values=values, note=note))
         try:
             cpp = self.evaluation.to_cpp(self.registry, pairs, values)
         except ValueError as e:  # no C++ layout for this evaluation: say so once
@@ -308,9 +313,7 @@ class Run:
                 self.log(f"no params.hpp: {e}")
             self.no_cpp = True
             return
-        if note is not None:
-            cpp = "".join(f"// {k}: {v}\n" for k, v in note.items()) + cpp
-        atomic_write(self.out / f"{stem}.hpp", cpp)
+        atomic_write(self.out / f"{stem}.hpp", cpp_comments(note) + cpp)
 
     def write_history(self) -> None:
         h = self.history

@@ -31,6 +31,8 @@ MARKERS_UP_TO = 60
 MARKER_SIZE, BEST_MARKER_SIZE = 3, 14
 #: Figure size in inches (1000 x 560 pixels at `tuner.plots.figure.DPI`).
 SIZE = (10.0, 5.6)
+#: Where the legend's top centre goes, in the loss axes' coordinates: under the epoch label.
+LEGEND_ANCHOR = (0.5, -0.12)
 TRAIN_COLOUR, VAL_COLOUR, BEST_COLOUR, LR_COLOUR = "tab:blue", "tab:red", "tab:green", "tab:gray"
 
 
@@ -108,7 +110,9 @@ def loss_figure(history: Mapping[str, Sequence[float]], *, best_epoch: int | Non
 
     handles, labels = ax.get_legend_handles_labels()
     lr_handles, lr_labels = ax_lr.get_legend_handles_labels()
-    ax.legend(handles + lr_handles, labels + lr_labels, loc="upper right")
+    # below the axes, never over a curve or the best epoch's star
+    ax.legend(handles + lr_handles, labels + lr_labels, loc="upper center",
+              bbox_to_anchor=LEGEND_ANCHOR, ncols=len(labels) + len(lr_labels))
     return fig
 
 
