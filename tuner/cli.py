@@ -13,6 +13,8 @@ from tuner.evals.commands import eval_cmd, export_cmd  # noqa: E402  (light: cli
 
 main.add_command(eval_cmd)
 main.add_command(export_cmd)
+from tuner.evals.verify import verify_cmd  # noqa: E402  (light: click only)
+main.add_command(verify_cmd)
 
 # --- picture commands (plot, diff) ------------------------------------------------------------
 from tuner.plots.commands import diff_cmd, plot_cmd  # noqa: E402  (light: click only)
