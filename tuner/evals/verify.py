@@ -30,11 +30,16 @@ DEFAULT_REPLY = r"^Evaluation \(stm\): (?P<eval>[+-]?\d+)\s*$"
 EVAL_GROUP = "eval"
 #: Points of view of the engine's number: the side to move's, or White's.
 POVS = ("stm", "white")
-DEFAULT_TIMEOUT = 10.0  # seconds for one reply (uciok, readyok, an evaluation)
+DEFAULT_TIMEOUT = 10.0  # seconds for one reply (readyok, an evaluation)
+#: Seconds at least for the handshake's replies: an engine may take a while to start.
+STARTUP_TIMEOUT = 30.0
 DEFAULT_SHOW = 10  # mismatches listed
 CHESS960_OPTION = "UCI_Chess960"
+#: A FEN's fields without and with the move counters, and the counters' values when left out.
+FEN_FIELDS_MIN = 4
+CLOCK_DEFAULTS = ["0", "1"]
 #: Seconds an engine gets to exit after ``quit`` before it is killed.
-QUIT_GRACE = 2.0
+QUIT_GRACE = 1.0
 #: Engine stderr lines kept to quote when it dies.
 STDERR_TAIL = 5
 #: Positions between two redraws of the progress bar.
@@ -74,7 +79,8 @@ class UciEngine:
         self.lines: queue.Queue = queue.Queue()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
         threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self.stderr_pump = threading.Thread(target=self._pump_stderr, daemon=True)
+        self.stderr_pump.start()
 
     def _pump_stdout(self) -> None:
         for line in self.proc.stdout:
@@ -115,6 +121,7 @@ class UciEngine:
             code = self.proc.wait(QUIT_GRACE)
         except subprocess.TimeoutExpired:
             code = None
+        self.stderr_pump.join(QUIT_GRACE)  # its last words, if it exited
         how = "closed its output" if code is None else f"exited with code {code}"
         said = f"; its last stderr line: {self.stderr_tail[-1]!r}" if self.stderr_tail else ""
         return EngineError(f"engine {self.name!r} {how} while {awaiting}{said}")
@@ -127,15 +134,17 @@ class UciEngine:
         except OSError:
             raise self._exited(f"sending {line!r}") from None
 
-    def read_until(self, last: str, awaiting: str) -> list[str]:
-        """The lines the engine prints up to the line `last` (excluded), within the time limit."""
-        deadline = time.monotonic() + self.timeout
+    def read_until(self, last: str, awaiting: str, timeout: float | None = None) -> list[str]:
+        """The lines the engine prints up to the line `last` (excluded), within `timeout`
+        seconds (default: the engine's time limit)."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         out = []
         while True:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise EngineError(f"engine {self.name!r} did not answer within {self.timeout:g} s "
+                raise EngineError(f"engine {self.name!r} did not answer within {timeout:g} s "
                                   f"while {awaiting}") from None
             if line is None:
                 raise self._exited(awaiting)
@@ -145,9 +154,11 @@ class UciEngine:
 
     def start(self) -> None:
         """The UCI handshake: ``uci`` up to ``uciok`` (reading ``id name`` and whether
-        ``UCI_Chess960`` is offered; if so it is switched on), then ``isready``."""
+        ``UCI_Chess960`` is offered; if so it is switched on), then ``isready``; each reply within
+        the time limit or `STARTUP_TIMEOUT`, whichever is longer."""
+        startup = max(self.timeout, STARTUP_TIMEOUT)
         self.send("uci")
-        for line in self.read_until("uciok", "waiting for 'uciok' after 'uci'"):
+        for line in self.read_until("uciok", "waiting for 'uciok' after 'uci'", startup):
             words = line.split()
             if words[:2] == ["id", "name"] and len(words) > 2:
                 self.name = " ".join(words[2:])
@@ -155,7 +166,8 @@ class UciEngine:
                 self.offers_chess960 = True
         if self.offers_chess960:
             self.send(f"setoption name {CHESS960_OPTION} value true")
-        self.sync("waiting for 'readyok' after the handshake")
+        self.send("isready")
+        self.read_until("readyok", "waiting for 'readyok' after the handshake", startup)
 
     def sync(self, awaiting: str) -> list[str]:
         """``isready``: the lines printed before ``readyok``."""
@@ -164,9 +176,16 @@ class UciEngine:
 
     def exchange(self, fen: str, command: str) -> list[str]:
         """Set up `fen`, send `command`; the lines the engine printed in reply."""
-        self.send(f"position fen {fen}")
+        self.send(f"position fen {full_fen(fen)}")
         self.send(command)
         return self.sync(f"waiting for the reply to {command!r} on {fen!r}")
+
+
+def full_fen(fen: str) -> str:
+    """`fen` with the move counters the tuner lets a FEN leave out (``0 1``): UCI engines read
+    six fields."""
+    fields = fen.split()
+    return " ".join(fields + CLOCK_DEFAULTS[len(fields) - FEN_FIELDS_MIN:])
 
 
 def engine_value(lines: list[str], reply: re.Pattern, fen: str, pov: str,
@@ -238,7 +257,8 @@ engine exits or does not answer within --timeout seconds (said in one line). See
 @click.option("--pov", type=click.Choice(POVS), default="stm", show_default=True,
               help="Whose point of view the engine's number is: the side to move's or White's.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
-              show_default=True, help="Seconds the engine gets for each reply.")
+              show_default=True, help="Seconds the engine gets for each reply (for those of the handshake, "
+                                      "at least 30).")
 @click.option("--show", type=click.IntRange(min=0), default=DEFAULT_SHOW, show_default=True,
               help="How many mismatches to print (all are counted).")
 @click.option("--breakdown", is_flag=True,
