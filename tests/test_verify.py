@@ -109,24 +109,32 @@ def test_reply_without_match_is_one_line(positions):
     r = verify("--engine", engine("--white"), "--file", str(positions))
     assert r.exit_code == 1
     err = _errors(r)
-    assert len(err) == 1 and err[0].startswith("Error: engine 'material-test-engine' on ")
+    assert len(err) == 1 and err[0].startswith(f"Error: {positions}:1: engine "
+                                               "'material-test-engine' on ")
     assert "no line matches --reply" in err[0] and "Evaluation (white): " in err[0]
+
+
+def test_reply_group_not_an_integer(positions):
+    r = verify("--engine", engine(), "--file", str(positions), "--reply", r"Evaluation (?P<eval>\S+)")
+    assert r.exit_code == 1
+    assert _errors(r) == [f"Error: {positions}:1: engine 'material-test-engine' on '{FENS[0]}': "
+                          "'(stm):' in reply 'Evaluation (stm): 20' is not an integer"]
 
 
 def test_engine_that_dies(positions):
     r = verify("--engine", engine("--die-after", "2"), "--file", str(positions))
     assert r.exit_code == 1
-    assert _errors(r) == [f"Error: engine 'material-test-engine' exited with code 3 while waiting "
-                          f"for the reply to 'eval' on '{FENS[2]}'; its last stderr line: "
-                          "'dying on purpose'"]
+    assert _errors(r) == [f"Error: {positions}:3: engine 'material-test-engine' exited with code 3 "
+                          f"while waiting for the reply to 'eval' on '{FENS[2]}'; its last "
+                          "stderr line: 'dying on purpose'"]
 
 
 def test_engine_that_never_answers(positions):
     r = verify("--engine", engine("--hang-after", "1"), "--file", str(positions),
                "--timeout", "0.5")
     assert r.exit_code == 1
-    assert _errors(r) == [f"Error: engine 'material-test-engine' did not answer within 0.5 s "
-                          f"while waiting for the reply to 'eval' on '{FENS[1]}'"]
+    assert _errors(r) == [f"Error: {positions}:2: engine 'material-test-engine' did not answer "
+                          f"within 0.5 s while waiting for the reply to 'eval' on '{FENS[1]}'"]
 
 
 def test_engine_that_does_not_start(positions, tmp_path):
@@ -152,6 +160,14 @@ def test_invalid_lines_are_reported_and_the_rest_verified(tmp_path):
     assert len(err) == 1 and err[0].startswith(f"{f}:2: ") and "king" in err[0]
     assert r.stdout.splitlines() == ["2/2 positions equal (0 different; engine "
                                      "'material-test-engine', evaluation material)"]
+
+
+def test_no_valid_position(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_text("4k3/8/8/8/8/8/8/8 w - - 0 1\n")
+    r = verify("--engine", engine(), "--file", str(f))
+    assert r.exit_code == 1
+    assert _errors(r)[-1] == "Error: no valid position to verify"
 
 
 def test_short_fen_gets_move_counters(tmp_path):

@@ -23,6 +23,8 @@ import time
 
 import click
 
+from tuner.data.errors import clip
+
 #: Clockwork's answer to ``eval``: the static evaluation from the side to move's point of view.
 DEFAULT_COMMAND = "eval"
 DEFAULT_REPLY = r"^Evaluation \(stm\): (?P<eval>[+-]?\d+)\s*$"
@@ -123,7 +125,8 @@ class UciEngine:
             code = None
         self.stderr_pump.join(QUIT_GRACE)  # its last words, if it exited
         how = "closed its output" if code is None else f"exited with code {code}"
-        said = f"; its last stderr line: {self.stderr_tail[-1]!r}" if self.stderr_tail else ""
+        said = (f"; its last stderr line: {clip(self.stderr_tail[-1])!r}" if self.stderr_tail
+                else "")
         return EngineError(f"engine {self.name!r} {how} while {awaiting}{said}")
 
     def send(self, line: str) -> None:
@@ -201,12 +204,12 @@ def engine_value(lines: list[str], reply: re.Pattern, fen: str, pov: str,
         try:
             value = int(text)
         except (TypeError, ValueError):
-            raise EngineError(f"engine {engine!r} on {fen!r}: {text!r} in reply {line!r} is not "
-                              f"an integer") from None
+            raise EngineError(f"engine {engine!r} on {fen!r}: {text!r} in reply "
+                              f"{clip(line)!r} is not an integer") from None
         if pov == "stm" and fen.split()[1] == "b":
             value = -value
         return value, lines[:k] + lines[k + 1:]
-    said = "; ".join(lines) if lines else "nothing"
+    said = clip("; ".join(lines)) if lines else "nothing"
     raise EngineError(f"engine {engine!r} on {fen!r}: no line matches --reply "
                       f"{reply.pattern!r} (it printed: {said})")
 
@@ -269,7 +272,6 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
         raise click.UsageError("give FEN arguments or --file F")
     pattern = compile_reply(reply)
     from tuner.compiling import watch_compilation
-    from tuner.data.errors import clip
     from tuner.terminal import announce_compiling, compile_errors
 
     from .commands import _evaluation, _parse_all, _read_inputs, _read_params
@@ -297,16 +299,19 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
                                    label=f"verifying {len(ok):,} positions against "
                                          f"{engine.name!r}") as bar:
                 for k, i in enumerate(ok):
-                    fen = items[i][1]
-                    value, said = engine_value(engine.exchange(fen, command), pattern, fen, pov,
-                                               engine.name)
+                    label, fen = items[i]
+                    try:
+                        value, said = engine_value(engine.exchange(fen, command), pattern, fen,
+                                                   pov, engine.name)
+                    except EngineError as e:
+                        raise EngineError(f"{label}: {e}") from None
                     if value != int(tuner_evals[k]):
                         mismatches.append((k, i, value, said))
                     if (k + 1) % PROGRESS_STEP == 0:
                         bar.update(PROGRESS_STEP)
                 bar.update(len(ok) % PROGRESS_STEP)
     except EngineError as e:
-        raise click.ClickException(clip(str(e))) from None
+        raise click.ClickException(str(e)) from None
 
     for k, i, value, said in mismatches[:show]:
         label, fen = items[i]
