@@ -16,6 +16,8 @@ main.add_command(eval_cmd)
 main.add_command(export_cmd)
 main.add_command(params_cmd)
 main.add_command(examples_cmd)
+from tuner.evals.verify import verify_cmd  # noqa: E402  (light: click only)
+main.add_command(verify_cmd)
 
 # --- picture commands (plot, diff) ------------------------------------------------------------
 from tuner.plots.commands import diff_cmd, plot_cmd  # noqa: E402  (light: click only)
