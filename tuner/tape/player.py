@@ -26,6 +26,9 @@ for every position of a template (K, say) moves into the template.
 unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
 same position (a constant leaf, another position's temporary, a slot out of range) and counts
 that do not fit. The sweeps' dispatch raises on an unknown tag rather than running a last branch.
+A store read back from disk (`load_store`) has not been through freezing: `validate_store` checks
+that it is one freezing could have made (every field: dtypes, shapes, template records against
+the form table, offsets, counts, operand slots, finite scalars) before any player sees it.
 
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager

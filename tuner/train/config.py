@@ -200,8 +200,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                            "Folder (relative to the config file) where the replay store is kept "
                            "between runs: written once, keyed by a digest of the positions, "
                            "results, K and the evaluation's code; a later run with the same key "
-                           "loads it instead of recording. A stale, truncated or corrupted file "
-                           "is reported and rebuilt. Empty: record every run."),
+                           "loads it instead of recording. A stale, truncated, corrupted or invalid "
+                           "file (every field is checked as a fresh store's) is reported and "
+                           "rebuilt. Empty: record every run."),
         "mode": Key((str,), "replay",
                     "'replay' records each position (its evaluation and loss) once, freezes the "
                     "recordings into a compact store and replays it forward and backward every "
