@@ -7,12 +7,14 @@ refused in one line naming the file and the field, and the run records again.
 * Fresh stores pass: both Clockwork evaluations' stores of `tiny`, and random graphs (the
   generator of test_tape_graphs.py) frozen as positions.
 * The corruptions that crashed or misled the trainer before (each with its digest recomputed):
-  refused, the run records again and ends with the parameters of an undamaged cache.
+  refused in one line naming the file and the field, the run records again and ends with the
+  parameters of an undamaged cache.
 * Property: any single element of any field set to any value of its dtype (or a field cut
   short), digest recomputed: the run refuses the file and records again, or trains to the
   bitwise-identical parameters; never a crash. The exceptions are the elements that hold what
   the positions *are* (`MEANINGFUL`): a scalar, an operand within range (or the split of the
-  operand words into slot and coefficient), a template constant such as K, the loss's form. Any value of those makes a store freezing could have
+  operand words into slot and coefficient), a template constant such as K, the loss's form, the
+  earlier value a record reads. Any value of those makes a store freezing could have
   made from other data, which no check of the file alone can tell from the original; those runs
   must still finish with finite parameters.
 """
@@ -67,7 +69,7 @@ def test_stores_of_both_clockwork_evaluations_pass(tiny, name):
         validate_store(store, *_counts(name, len(tiny.positions) + 1)[:3])
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=10)
 @given(st.lists(plans(), min_size=2, max_size=3))
 def test_random_graphs_frozen_as_positions_pass(plan_list):
     g, outputs = record_positions([p[0] for p in plan_list], np.linspace(0, 1, len(plan_list)),
@@ -143,30 +145,35 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_corrupted_store_with_a_recomputed_digest_is_refused(kept, case):
+def test_a_corrupted_store_with_a_recomputed_digest_is_refused(kept, monkeypatch, case):
+    """Played by the specialised player, as stores of real size are (the interpreter plays
+    these small ones otherwise): before validation, three of these segfaulted and two trained
+    to other parameters."""
+    monkeypatch.setattr("tuner.train.workers.SPECIALISE_FROM", 0)
     field, change = CASES[case]
     bad = _set(kept.store, field, change)
     assert store_digest(bad) != store_digest(kept.store)
-    save_store(bad, kept.path, kept.key)
-    with pytest.raises(FreezeError) as e:
-        load_store(kept.path, kept.key, *_counts("clockwork", N))
-    msg = str(e.value)
-    assert str(kept.path) in msg and f"field {field}" in msg and "\n" not in msg, msg
     theta, log = kept.run_with(bad)
     assert any(f"field {field}" in line and "recording again" in line for line in log), log
     assert any("recorded" in line for line in log)
     assert theta.tobytes() == kept.theta.tobytes()
     assert kept.path.read_bytes() == kept.bytes  # the store kept again, as it was
+    save_store(bad, kept.path, kept.key)
+    with pytest.raises(FreezeError) as e:
+        load_store(kept.path, kept.key, *_counts("clockwork", N))
+    msg = str(e.value)
+    assert str(kept.path) in msg and f"field {field}" in msg and "\n" not in msg, msg
 
 
 # ------------------------------------------------------------------------------------------------
 # Property: any element of any field, any value.
 # ------------------------------------------------------------------------------------------------
 
-#: The fields that hold what the positions are (see the module docstring); ``coef_bits`` is how
-#: each operand word splits into slot and coefficient: another width within range reads the same
-#: words as other operands.
-MEANINGFUL = {"scalars", "index", "t_sconst", "t_op", "coef_bits"}
+#: The fields that hold what the positions are (see the module docstring): ``t_lhs`` / ``t_rhs``
+#: say which earlier value a record reads (another one within range is another evaluation's
+#: record); ``coef_bits`` is how each operand word splits into slot and coefficient (another
+#: width within range reads the same words as other operands).
+MEANINGFUL = {"scalars", "index", "t_sconst", "t_op", "t_lhs", "t_rhs", "coef_bits"}
 
 
 def _element_values(dtype, was) -> st.SearchStrategy:
@@ -202,7 +209,9 @@ def kept10d(tmp_path_factory, small):
 def test_any_corruption_is_refused_or_changes_nothing(request, which):
     kept = request.getfixturevalue("kept" if which == "clockwork" else "kept10d")
 
-    @settings(max_examples=25, deadline=None, derandomize=True, database=None,
+    outcomes = set()
+
+    @settings(max_examples=12, deadline=None, derandomize=True, database=None,
               phases=(Phase.explicit, Phase.generate),
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(corruptions(kept.store))
@@ -217,7 +226,9 @@ def test_any_corruption_is_refused_or_changes_nothing(request, which):
         bad = kept.store._replace(**{field: bad_arr})
         theta, log = kept.run_with(bad)
         what = f"{field}[{pos}] = {value!r}: {log}"
-        if any("recording again" in line for line in log):
+        refused = any("recording again" in line for line in log)
+        outcomes.add(refused)
+        if refused:
             assert any(str(kept.path) in line and "field" in line for line in log), what
             assert theta.tobytes() == kept.theta.tobytes(), what
             assert kept.path.read_bytes() == kept.bytes, what
@@ -229,3 +240,4 @@ def test_any_corruption_is_refused_or_changes_nothing(request, which):
                 assert theta.tobytes() == kept.theta.tobytes(), what
 
     check()
+    assert outcomes == {True, False}  # some corruptions were refused, some loaded
