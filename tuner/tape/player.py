@@ -589,7 +589,8 @@ def validate_store(store: Store, n_value_params: int, n_pair_params: int,
     fields 0), the temporaries and outputs of each template, the fast linear case, and every
     position's template, operand offsets and counts, operand slots and scalars (finite). Raises
     `FreezeError` naming the field (and template, record or position) that fails. Costs one pass
-    over the operands (see `tuner.train` benchmarks)."""
+    over the operands: 39 ns a clockwork position, under 2% of recording it
+    (benchmarks/store_bench.py)."""
     for name, arr in zip(Store._fields, store):
         dtypes, ndim = STORE_LAYOUT[name]
         if not isinstance(arr, np.ndarray) or arr.dtype not in [np.dtype(d) for d in dtypes] \
