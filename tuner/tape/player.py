@@ -26,6 +26,9 @@ for every position of a template (K, say) moves into the template.
 unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
 same position (a constant leaf, another position's temporary, a slot out of range) and counts
 that do not fit. The sweeps' dispatch raises on an unknown tag rather than running a last branch.
+A store read back from disk (`load_store`) has not been through freezing: `validate_store` checks
+that it is one freezing could have made (every field: dtypes, shapes, template records against
+the form table, offsets, counts, operand slots, finite scalars) before any player sees it.
 
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager
@@ -400,6 +403,256 @@ class Store(NamedTuple):
 
 STORE_FORMAT = 2  # bump when the layout or meaning of a Store's arrays changes
 
+#: Per field of a `Store`: the dtypes it may have and its number of dimensions (the comments
+#: above), what `validate_store` checks first.
+STORE_LAYOUT = {
+    "t_first": ((np.int64,), 1), "t_op": ((np.uint16,), 1), "t_out": ((np.int32,), 1),
+    "t_lhs": ((np.int32,), 1), "t_rhs": ((np.int32,), 1), "t_scol": ((np.int32,), 2),
+    "t_sconst": ((np.float64,), 2), "t_temps": ((np.int32,), 2),
+    "t_out_slots": ((np.int32,), 2), "t_linear": ((np.bool_,), 1), "tmpl": ((np.uint16,), 1),
+    "opnd_off": ((np.int64,), 1), "nary": ((np.uint16,), 2), "scalars": ((np.float64,), 2),
+    "index": ((np.uint16, np.int32), 1), "coef": ((np.int8, np.int16, np.float64), 1),
+    "params": ((np.int64,), 1), "coef_bits": ((np.int64,), 1),
+}
+assert tuple(STORE_LAYOUT) == Store._fields
+#: Most low bits of an operand word that may hold its coefficient (`_packed`).
+MAX_COEF_BITS = 16
+
+# `validate_store`'s codes, with the field each concerns and what is wrong with it.
+(V_TAG, V_OUT, V_LHS, V_RHS, V_LIST, V_UNUSED_LHS, V_UNUSED_RHS, V_SCOL, V_SCONST, V_TEMPS,
+ V_OUTS, V_NARY_WIDTH, V_TMPL, V_OFFSET, V_COUNTS, V_PADDING, V_SLOT, V_SCALAR) = range(1, 19)
+_INVALID = {
+    V_TAG: ("t_op", "unknown record tag"),
+    V_OUT: ("t_out", "not the next temporary of its kind (records write one each, in order)"),
+    V_LHS: ("t_lhs", "reads a slot that is neither a parameter nor written by an earlier record"),
+    V_RHS: ("t_rhs", "reads a slot that is neither a parameter nor written by an earlier record"),
+    V_LIST: ("t_rhs", "not the number of the template's next operand list"),
+    V_UNUSED_LHS: ("t_lhs", "not 0 for a form that has no such operand"),
+    V_UNUSED_RHS: ("t_rhs", "not 0 for a form that has no such operand"),
+    V_SCOL: ("t_scol", "not the next column of `scalars`, or set for a scalar the form lacks"),
+    V_SCONST: ("t_sconst", "not finite, or not 0 where the scalar is a column or unused"),
+    V_TEMPS: ("t_temps", "not the temporaries the template's records write"),
+    V_OUTS: ("t_out_slots", "not a value the template writes"),
+    V_NARY_WIDTH: ("nary", "fewer columns than the template has operand lists"),
+    V_TMPL: ("tmpl", "not a template number"),
+    V_OFFSET: ("opnd_off", "decreasing"),
+    V_COUNTS: ("nary", "the counts do not add up to the position's operands (opnd_off)"),
+    V_PADDING: ("nary", "a count for an operand list the template does not have"),
+    V_SLOT: ("index", "an operand slot that its list may not read"),
+    V_SCALAR: ("scalars", "not finite"),
+}
+
+
+@njit(**JIT)
+def _operand_fault(x, kind, values, pairs, out_of_range, unused) -> int:
+    """0 if `x` is a slot of `kind` below `values` / `pairs`, or 0 for a form without that
+    operand (`kind` S_NONE); else the code given for the fault."""
+    if kind == S_NONE:
+        return unused if x != 0 else 0
+    return out_of_range if x < 0 or x >= (pairs if kind == S_PAIR else values) else 0
+
+
+@njit(**JIT)
+def _check_templates(st: Store, n_cols, err, list_bound, n_lists):
+    """The records of every template, in order, against the form table; sets ``err = (code,
+    template, record)`` at the first fault. Fills ``list_bound[t, j]``, the slots (parameters and
+    the temporaries written before) that template t's operand list j may read, and
+    ``n_lists[t]``, its number of lists."""
+    n_vp, n_pp = st.params[0], st.params[1]
+    width = st.nary.shape[1]
+    for t in range(st.t_first.shape[0] - 1):
+        nv = 0
+        npr = 0
+        nq = 0
+        col = 0
+        for r in range(st.t_first[t], st.t_first[t + 1]):
+            err[1], err[2] = t, r
+            op = np.int64(st.t_op[r])
+            if op >= VALID_TAG.shape[0] or not VALID_TAG[op]:
+                err[0] = V_TAG
+                return
+            form = op >> KERNEL_BITS
+            a, b = np.int64(st.t_lhs[r]), np.int64(st.t_rhs[r])
+            if FORM_NARY[form] != S_NONE:
+                if a != 0:
+                    err[0] = V_UNUSED_LHS
+                    return
+                if b != nq:
+                    err[0] = V_LIST
+                    return
+                if nq >= width:
+                    err[0] = V_NARY_WIDTH
+                    return
+                list_bound[t, nq] = n_pp + npr if FORM_NARY[form] == S_PAIR else n_vp + nv
+                nq += 1
+            else:
+                code = _operand_fault(a, FORM_LHS[form], n_vp + nv, n_pp + npr, V_LHS,
+                                      V_UNUSED_LHS)
+                if not code:
+                    code = _operand_fault(b, FORM_RHS[form], n_vp + nv, n_pp + npr, V_RHS,
+                                          V_UNUSED_RHS)
+                if code:
+                    err[0] = code
+                    return
+            for j in range(2):
+                c = st.t_scol[r, j]
+                s = st.t_sconst[r, j]
+                if c != -1 and (j >= FORM_SCALARS[form] or c != col or c >= n_cols):
+                    err[0] = V_SCOL
+                    return
+                if c != -1:
+                    col += 1
+                if not np.isfinite(s) or (s != 0.0 and (c != -1 or j >= FORM_SCALARS[form])):
+                    err[0] = V_SCONST
+                    return
+            o = np.int64(st.t_out[r])
+            if FORM_OUT[form] == S_PAIR:
+                ok = o == n_pp + npr
+                npr += 1
+            else:
+                ok = o == n_vp + nv
+                nv += 1
+            if not ok:
+                err[0] = V_OUT
+                return
+        err[2] = -1
+        n_lists[t] = nq
+        if st.t_temps[t, 0] != nv or st.t_temps[t, 1] != npr:
+            err[0] = V_TEMPS
+            return
+        for s in range(st.t_out_slots.shape[1]):
+            o = np.int64(st.t_out_slots[t, s])
+            if o < n_vp or o >= n_vp + nv:
+                err[0] = V_OUTS
+                return
+    err[0] = OK
+
+
+@njit(**JIT)
+def _check_positions(st: Store, n_templates, list_bound, n_lists, err):
+    """Every position's header, operand counts, operand slots and scalars; sets ``err = (code,
+    position)`` at the first fault. The operands are checked list by list through their largest
+    (and smallest) word, a reduction the compiler vectorises."""
+    bits = st.coef_bits[0]
+    tmpl, off, nary, idx, scalars = st.tmpl, st.opnd_off, st.nary, st.index, st.scalars
+    for p in range(tmpl.shape[0]):
+        err[1] = p
+        t = np.int64(tmpl[p])
+        if t >= n_templates:
+            err[0] = V_TMPL
+            return
+        q, end = off[p], off[p + 1]
+        if end < q:
+            err[0] = V_OFFSET
+            return
+        for j in range(nary.shape[1]):
+            n = np.int64(nary[p, j])
+            if j >= n_lists[t]:
+                if n:
+                    err[0] = V_PADDING
+                    return
+                continue
+            if q + n > end:
+                err[0] = V_COUNTS
+                return
+            lo = np.int64(0)
+            hi = np.int64(0)
+            for x in range(q, q + n):
+                w = np.int64(idx[x])
+                lo = min(lo, w)
+                hi = max(hi, w)
+            if n and (lo < 0 or (hi >> bits) >= list_bound[t, j]):
+                err[0] = V_SLOT
+                return
+            q += n
+        if q != end:
+            err[0] = V_COUNTS
+            return
+        for c in range(scalars.shape[1]):
+            if not np.isfinite(scalars[p, c]):
+                err[0] = V_SCALAR
+                return
+    err[0] = OK
+
+
+def _refuse(field: str, what: str) -> None:
+    raise FreezeError(f"field {field}: {what}")
+
+
+def validate_store(store: Store, n_value_params: int, n_pair_params: int,
+                   n_positions: int | None = None, n_segments: int | None = None) -> None:
+    """Check that `store` is one freezing could have made for an evaluation with these parameter
+    counts (and, if given, of `n_positions` positions recorded in `n_segments` segments), so that
+    no player reads or writes outside its arrays or its arena: every field's dtype and shape and
+    their mutual lengths, every template record against the form table (known tag; temporaries
+    written in order; operands read from parameters or earlier records; scalar columns; unused
+    fields 0), the temporaries and outputs of each template, the fast linear case, and every
+    position's template, operand offsets and counts, operand slots and scalars (finite). Raises
+    `FreezeError` naming the field (and template, record or position) that fails. Costs one pass
+    over the operands: 39 ns a clockwork position, under 2% of recording it
+    (benchmarks/store_bench.py)."""
+    for name, arr in zip(Store._fields, store):
+        dtypes, ndim = STORE_LAYOUT[name]
+        if not isinstance(arr, np.ndarray) or arr.dtype not in [np.dtype(d) for d in dtypes] \
+                or arr.ndim != ndim or not arr.flags.c_contiguous:
+            got = f"{arr.dtype}[{arr.shape}]" if isinstance(arr, np.ndarray) else type(arr).__name__
+            _refuse(name, f"{got}, not a C-ordered {ndim}-d array of "
+                          f"{'/'.join(np.dtype(d).name for d in dtypes)}")
+    st = store
+    if st.params.shape != (2,) or tuple(st.params) != (n_value_params, n_pair_params):
+        _refuse("params", f"{st.params.tolist()}, not the evaluation's [{n_value_params}, "
+                          f"{n_pair_params}] (value, pair parameters)")
+    n_t, n_rec, n, m = len(st.t_first) - 1, len(st.t_op), len(st.tmpl), len(st.index)
+    if n_t < 0 or st.t_first[0] != 0 or st.t_first[-1] != n_rec \
+            or np.any(st.t_first[1:] <= st.t_first[:-1]):
+        _refuse("t_first", f"not increasing from 0 to the {n_rec} template records")
+    if n_t > np.iinfo(np.uint16).max + 1 or (n and not n_t):
+        _refuse("t_first", f"{n_t} templates for {n} positions")
+    for name in ("t_out", "t_lhs", "t_rhs", "t_scol", "t_sconst"):
+        if len(getattr(st, name)) != n_rec or getattr(st, name).shape[1:] not in ((), (2,)):
+            _refuse(name, f"shape {getattr(st, name).shape}, not one row per template record "
+                          f"({n_rec})")
+    if st.t_scol.shape[1:] != (2,) or st.t_sconst.shape[1:] != (2,):
+        _refuse("t_scol", "not two scalars per record")
+    n_seg = st.t_out_slots.shape[1]
+    for name, shape in (("t_temps", (n_t, 2)), ("t_linear", (n_t,)),
+                        ("t_out_slots", (n_t, n_segments or max(1, n_seg))),
+                        ("tmpl", (n if n_positions is None else n_positions,)),
+                        ("opnd_off", (n + 1,)), ("nary", (n, max(1, st.nary.shape[1]))),
+                        ("scalars", (n, max(1, st.scalars.shape[1]))),
+                        ("coef_bits", (1,))):
+        if getattr(st, name).shape != shape:
+            _refuse(name, f"shape {getattr(st, name).shape}, not {shape}")
+    bits = int(st.coef_bits[0])
+    if not 0 <= bits <= MAX_COEF_BITS or (bits and st.index.dtype != np.uint16):
+        _refuse("coef_bits", f"{bits}: not 0, or 1 to {MAX_COEF_BITS} with u16 operand words")
+    if st.coef.shape != ((0,) if bits else (m,)):
+        _refuse("coef", f"shape {st.coef.shape}, not {(0,) if bits else (m,)} "
+                        f"(coef_bits {bits})")
+    if st.coef.dtype.kind == "f" and not np.all(np.isfinite(st.coef)):
+        _refuse("coef", "not finite")
+    if st.opnd_off[0] != 0 or st.opnd_off[-1] != m:
+        _refuse("opnd_off", f"runs from {st.opnd_off[0]} to {st.opnd_off[-1]}, not from 0 to "
+                            f"the {m} operands")
+    err = np.zeros(3, np.int64)
+    list_bound = np.zeros((n_t, st.nary.shape[1]), np.int64)
+    n_lists = np.zeros(n_t, np.int64)
+    _check_templates(st, st.scalars.shape[1], err, list_bound, n_lists)
+    if err[0] != OK:
+        code, t, r = (int(x) for x in err)
+        field, what = _INVALID[code]
+        where = f"template {t}" + (f", record {r - int(st.t_first[t])}" if r >= 0 else "")
+        _refuse(field, f"{where}: {what}")
+    recs = np.stack([st.t_op, st.t_out, st.t_lhs, st.t_rhs], axis=1).astype(np.int64)
+    linear = _linear_templates(recs, st.t_first, st.t_out_slots)
+    if np.any(linear != st.t_linear):
+        _refuse("t_linear", f"template {int(np.argmax(linear != st.t_linear))}: not what its "
+                            f"records are")
+    _check_positions(st, n_t, list_bound, n_lists, err)
+    if err[0] != OK:
+        field, what = _INVALID[int(err[0])]
+        _refuse(field, f"position {int(err[1])}: {what}")
+
 
 def save_store(store: Store, path, key: str) -> None:
     """Write `store` to `path` (atomically; an uncompressed .npz whose members carry CRCs) with
@@ -411,9 +664,13 @@ def save_store(store: Store, path, key: str) -> None:
                  digest=np.array(store_digest(store)))
 
 
-def load_store(path, key: str) -> Store:
-    """The store saved at `path` for `key`; `FreezeError` saying why if it is missing, was made
-    for something else, is truncated or corrupted (member CRCs and the content digest)."""
+def load_store(path, key: str, n_value_params: int, n_pair_params: int,
+               n_positions: int | None = None, n_segments: int | None = None) -> Store:
+    """The store saved at `path` for `key`, of an evaluation with these parameter counts (and,
+    if given, of `n_positions` positions recorded in `n_segments` segments); `FreezeError`
+    saying why in one line if it is missing, was made for something else, is truncated or
+    corrupted (member CRCs and the content digest), or is not a store freezing could have made
+    (`validate_store`: the digest is no proof, anyone can recompute it)."""
     import zipfile
 
     try:
@@ -430,6 +687,10 @@ def load_store(path, key: str) -> Store:
         raise FreezeError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
     if store_digest(store) != digest:
         raise FreezeError(f"{path}: contents do not match their digest (corrupted)")
+    try:
+        validate_store(store, n_value_params, n_pair_params, n_positions, n_segments)
+    except FreezeError as e:
+        raise FreezeError(f"{path}: not a valid store: {e}") from None
     return store
 
 
@@ -457,6 +718,13 @@ def arena_size(store: Store) -> tuple[int, int]:
     """(value slots, pair slots) of an arena that can replay any position of `store`."""
     temps = store.t_temps.max(axis=0) if len(store.t_temps) else np.zeros(2, np.int64)
     return int(store.params[0] + temps[0]), int(store.params[1] + temps[1])
+
+
+def _linear_templates(recs: np.ndarray, t_first: np.ndarray, out_slots: np.ndarray) -> np.ndarray:
+    """`_is_linear_texel` of every template (records ``recs[t_first[t]:t_first[t + 1]]``,
+    outputs ``out_slots[t]``): a store's ``t_linear``."""
+    return np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], out_slots[t])
+                     for t in range(len(t_first) - 1)], dtype=np.bool_)
 
 
 def _is_linear_texel(recs: np.ndarray, out_slots: np.ndarray) -> bool:
@@ -661,13 +929,12 @@ class StoreBuilder:
         coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
         self.index = self.coef = None
         index, coef, coef_bits = _packed(index, coef)
+        out_slots = info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg)
         return Store(
             t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
             t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
-            t_temps=info[:, :2].astype(np.int32),
-            t_out_slots=info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg),
-            t_linear=np.array([_is_linear_texel(recs[t_first[t]: t_first[t + 1]], info[t, 3:])
-                               for t in range(len(t_recs))], dtype=np.bool_),
+            t_temps=info[:, :2].astype(np.int32), t_out_slots=out_slots,
+            t_linear=_linear_templates(recs, t_first, out_slots),
             tmpl=tmpl, opnd_off=opnd_off, nary=self.nary.trimmed(), scalars=scalars,
             index=index, coef=coef, params=self.params,
             coef_bits=np.array([coef_bits], np.int64))

@@ -201,9 +201,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                            "Folder (relative to the config file) where the replay store is kept "
                            "between runs: written once, keyed by a digest of the positions, "
                            "results, K and the evaluation's code; a later run with the same key "
-                           "loads it instead of recording. A stale, truncated or corrupted file "
-                           "is reported and rebuilt. The folder is made 0700; one that another "
-                           "user could write to is not used (logged). Empty: record every run."),
+                           "loads it instead of recording. A stale, truncated, corrupted or invalid "
+                           "file (every field is checked as a fresh store's) is reported and "
+                           "rebuilt. The folder is made 0700; one that another user could write to "
+                           "is not used (logged). Empty: record every run."),
         "store_cache_keep": Key((int,), 4, "How many stores ``store_cache`` keeps: writing one "
                                 "removes all but the newest this many (a store loaded counts "
                                 "as new; 0 keeps all).", _between(0, MAX_STORES)),

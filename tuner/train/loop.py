@@ -54,7 +54,7 @@ from .schedule import check_patterns, learning_rate, trainable_mask
 from .split import Split, group_ids, split_by_group
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, mse_at
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
-from .record import record_store
+from .record import LOSS, record_store
 from .stream import DataDigest, stream_data
 from .heldout import default_theta, integer_evals
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
@@ -413,9 +413,10 @@ class Run:
         remove_stale_temps(folder, STORE_GLOB)
         return folder
 
-    def cached_store(self, key: str):
-        """The store ``[training] store_cache`` keeps for `key`, or None (missing, or unusable:
-        logged)."""
+    def cached_store(self, key: str, n_positions: int):
+        """The store of `n_positions` positions ``[training] store_cache`` keeps for `key`, or
+        None (missing, or unusable: logged). It must pass the validation of a fresh one for
+        this run's evaluation (`tuner.tape.player.validate_store`)."""
         t0 = time.perf_counter()
         try:
             cache = self.store_folder() / STORE_NAME.format(key=key)
@@ -425,8 +426,9 @@ class Run:
         except OSError as e:
             self.log(f"replay: store cache {cachedir.describe(e)}; recording")
             return None
+        reg = self.evaluation.registry
         try:
-            store = load_store(cache, key)
+            store = load_store(cache, key, reg.n_values, reg.n_params, n_positions, LOSS + 1)
         except FreezeError as e:
             self.log(f"replay: store cache {e}; recording again")
             return None
@@ -463,7 +465,7 @@ class Run:
             digest = DataDigest()
             digest.update(data.positions, data.results, data.score_cp)
             key = self.store_key(digest)
-            store = self.cached_store(key)
+            store = self.cached_store(key, len(data.positions))
             if store is not None:
                 return store
         t0 = time.perf_counter()  # after the cache lookup: the recording alone

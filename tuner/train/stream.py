@@ -194,7 +194,7 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tup
             if run.k is None:
                 prepare(sample)
             if digest is not None:
-                store = run.cached_store(run.store_key(digest))
+                store = run.cached_store(run.store_key(digest), len(results))
             if store is None:
                 t0 = time.perf_counter()
                 with _recording(run, len(results)) as recorder:
