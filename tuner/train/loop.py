@@ -155,14 +155,12 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
     else:
         from tuner.evals.registry import ParamRegistry
         path = cfg.resolve_path(init)
+        if not Path(path).exists():
+            raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
+                              f"'zero', 'default' or 'random')")
         try:
             loaded = ParamRegistry.from_json(path)
-        except FileNotFoundError:
-            raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
-                              f"'zero', 'default' or 'random')") from None
-        except OSError as e:
-            raise ConfigError(f"[evaluation] init: cannot read {path}: {e.strerror}") from None
-        except ValueError as e:  # ParamFileError: names the file and the entry
+        except ValueError as e:  # ParamFileError: names the file and what is wrong
             raise ConfigError(f"[evaluation] init: {e}") from None
         if (loaded.names != registry.names or loaded.n_params != n
                 or loaded.n_values != n_values):

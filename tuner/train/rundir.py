@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from tuner.fileio import atomic_write
+from tuner.fileio import atomic_write, read_json
 
 RUN_META = "run.json"
 
@@ -69,10 +69,10 @@ def read_meta(directory: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RunMetaError(f"{path}: unreadable ({e}); delete it to resume with the run's "
-                           f"config.toml and --epochs") from None
+        meta = read_json(path, RunMetaError)
+    except RunMetaError as e:
+        raise RunMetaError(f"{e}; delete it to resume with the run's config.toml and "
+                           f"--epochs") from None
     if not isinstance(meta, dict):
         raise RunMetaError(f"{path}: not a JSON object; delete it to resume with the run's "
                            f"config.toml and --epochs")
