@@ -185,6 +185,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def verify_entry(entry: RegistryEntry) -> None:
     """Check the file of a registry entry exists and matches its checksum."""
+    if entry.path.exists() and not entry.path.is_file():
+        what = "a directory" if entry.path.is_dir() else "a device or other special file"
+        raise DatasetError(f"dataset '{entry.name}': {display_path(entry.path)} is {what}, not "
+                           f"a Parquet file; the registry's file must name one")
     if not entry.path.is_file():
         if entry.sha256 is None:
             raise DatasetError(

@@ -226,6 +226,11 @@ def _type_name(types: tuple) -> str:
     return " or ".join(names[t] for t in types)
 
 
+def _a(noun: str) -> str:
+    """`noun` with its indefinite article: "an integer", "a number"."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def _check_type(value, types) -> bool:
     if isinstance(value, bool):
         return bool in types
@@ -271,7 +276,7 @@ def _check_table_list(where: str, items, keys: dict, required: set) -> list:
             if k not in keys:
                 _fail(w, f"unknown key {k!r}; allowed: {', '.join(keys)}")
             if not _check_type(v, keys[k]):
-                _fail(f"{w}.{k}", f"must be a {_type_name(keys[k])}, got {v!r}")
+                _fail(f"{w}.{k}", f"must be {_a(_type_name(keys[k]))}, got {v!r}")
         for k in required:
             if k not in item:
                 _fail(w, f"missing key {k!r}")
@@ -297,7 +302,7 @@ def validate(raw: dict, where: str = "config") -> Config:
             key = keys[k]
             if not _check_type(v, key.types):
                 _fail(f"{where}: [{section}] {k}",
-                      f"must be a {_type_name(key.types)}, got {v!r}")
+                      f"must be {_a(_type_name(key.types))}, got {v!r}")
             if isinstance(v, float) and not math.isfinite(v):
                 _fail(f"{where}: [{section}] {k}", f"must be finite, got {v!r}")
             err = key.check(v) if key.check is not None else None

@@ -52,8 +52,8 @@ from tuner.tape.player import FreezeError, load_store, save_store, store_len, st
 from .record import record_store
 from .stream import DataDigest, stream_data
 from .heldout import default_theta, integer_evals
-from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
-                     write_meta)
+from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, claim_new_dir,
+                     discard_new_run, read_meta, write_meta)
 from .warmup import warm_positions, warm_up
 from .workers import Workers, resolve_threads, split_params
 
@@ -247,7 +247,10 @@ class Run:
     def load_checkpoint(self) -> None:
         path = self.out / CHECKPOINT
         if not path.exists():
-            raise TrainingError(f"{self.out}: no {CHECKPOINT} to resume from")
+            raise TrainingError(
+                f"{self.out}: no {CHECKPOINT} to resume from: the run never completed its "
+                f"first epoch; start it again with `tuner train --config "
+                f"{self.cfg.path or self.out / 'config.toml'} --out {self.out}`")
         expect = Expect(len(self.theta), self.evaluation.name, MAX_PARAM, self.cfg.digest(),
                         json.loads(json.dumps(self.cfg.values)))
         try:
@@ -401,6 +404,9 @@ class Run:
             cache.parent.mkdir(parents=True, exist_ok=True)
             save_store(store, cache, key)
             self.log(f"replay: store kept in {cache}")
+        except (FileExistsError, NotADirectoryError) as e:
+            self.log(f"replay: could not keep the store in {cache}: {e.filename} is a file, not "
+                     f"a folder ([training] store_cache names the folder)")
         except OSError as e:
             self.log(f"replay: could not keep the store in {cache}: {e}")
 
@@ -662,9 +668,13 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     # everything the config names is checked before anything is created
     run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
     find_data(cfg)  # a missing dataset fails before the run directory exists
-    run.created_dir = not out_dir.exists()
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if out:
+            run.created_dir = not out_dir.exists()
+            out_dir.mkdir(parents=True, exist_ok=True)
+        else:  # a default name is made unique: two runs started in one second both start
+            out_dir = claim_new_dir(out_dir)
+            run.out, run.lock, run.created_dir = out_dir, RunLock(out_dir), True
     except OSError as e:
         raise WriteError(out_dir, e) from None
     _lock(run)  # refused: the directory is another process's, leave it alone

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 from pathlib import Path
@@ -84,6 +85,22 @@ def write_meta(directory: Path, **fields) -> None:
     meta = read_meta(directory)
     meta.update(fields)
     atomic_write(Path(directory) / RUN_META, json.dumps(meta))
+
+
+def claim_new_dir(path: Path) -> Path:
+    """Create the directory `path` or, when it exists (e.g. a run started in the same second),
+    the first of ``path-2``, ``path-3``, ... that does not; mkdir is atomic, so no two processes
+    get the same one. Returns the directory created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for k in itertools.count(1):
+        candidate = path if k == 1 else path.with_name(f"{path.name}-{k}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def discard_new_run(directory: Path, created_dir: bool, files: tuple) -> None:
