@@ -24,6 +24,7 @@ array of a checkpoint is checked before it is used (tuner/train/checkpoint.py).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -597,9 +598,14 @@ class Run:
                          f"  val {'-' if math.isnan(val) else format(val, '.6f')}"
                          f"{' *' if best else '  '}  lr {stats['lr']:.4g}  "
                          f"{stats['seconds']:.2f} s  {stats['positions_per_s']:,.0f} pos/s")
-        finally:
+        except BaseException:
             workers.close()
-            self.write_history()
+            if (self.out / CHECKPOINT).exists():  # the history of the run kept; a new run
+                with contextlib.suppress(OSError):  # without one is discarded, and the error
+                    self.write_history()  # under way (e.g. the checkpoint's) is the one to say
+            raise
+        workers.close()
+        self.write_history()
         if len(data.val):
             with watch_compilation(self.observer.compile_start, compiling):
                 self.report_heldout(data)
