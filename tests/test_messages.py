@@ -104,3 +104,17 @@ def test_an_all_null_game_column_is_said_and_not_one_game(tmp_path, capsys):
     assert f"{path}: note: column 'game' is all null" in capsys.readouterr().err
     with_games = load_dataset(TINY, with_game=True)
     assert len(np.unique(with_games.game)) > 1
+
+
+def test_the_docs_say_that_a_config_runs_the_code_it_names():
+    from tuner.train.config import describe
+
+    reference = " ".join(describe().split())
+    assert "A module or file is imported, so its code runs with your rights: a configuration " \
+           "from someone else runs their code" in reference
+    assert "A registry's `file` may be any path, absolute or with `..`" in reference
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "a configuration from someone else whose `[evaluation] name` is a `.py` file or a " \
+           "module runs their code" in readme
+    assert "A registry's `file` may be any path: relative to the registry, absolute, or with " \
+           "`..`" in readme

@@ -100,7 +100,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "train": Key((list, str), None,
                      "Datasets to train on: registered names (looked up as `tuner data list "
                      "--config` shows: the project's datasets/registry.toml first) or Parquet "
-                     "paths (relative to the config file). Required.", _str_list),
+                     "paths (relative to the config file). A registry's `file` may be any "
+                     "path, absolute or with `..`: a registry from someone else can point at "
+                     "any file you can read. Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
                                    "Share of the positions held out for the validation loss. "
                                    "Whole games are held out, never single positions: a game's "
@@ -119,7 +121,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       _one_of("skip", "strict")),
     },
     "evaluation": {
-        "name": Key((str,), "clockwork", "Evaluation to tune (see `tuner.evals`)."),
+        "name": Key((str,), "clockwork",
+                    "Evaluation to tune: a registered name (see `tuner.evals`), a module path "
+                    "(mypkg.myeval) or a .py file (relative to the config file). A module or "
+                    "file is imported, so its code runs with your rights: a configuration from "
+                    "someone else runs their code; read what it names before training with it."),
         "init": Key((str,), "zero",
                     "Initial parameters: 'zero', 'default' (the evaluation's shipped values), "
                     "'random' (uniform in random_center +- random_range) or a parameter JSON "
