@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
+from tuner.cli import main
 from tuner.data import load_dataset
 from tuner.data.errors import DatasetError
 from tuner.data.registry import ENV_VAR
@@ -92,6 +94,10 @@ def test_a_registry_entry_that_is_no_regular_file(tmp_path, monkeypatch, target,
     message = str(err.value)
     assert message.startswith("dataset 'mine': ") and Path(shown).name in message
     assert f"is {what}, not a Parquet file" in message and "create it" not in message
+    monkeypatch.chdir(tmp_path / "folder")
+    listed = CliRunner().invoke(main, ["data", "list"])
+    (line,) = [ln for ln in listed.output.splitlines() if ln.split()[:1] == ["mine"]]
+    assert listed.exit_code == 0 and line.endswith(f"{what}, not a Parquet file"), line
 
 
 def test_an_all_null_game_column_is_said_and_not_one_game(tmp_path, capsys):

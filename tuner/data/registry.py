@@ -183,10 +183,18 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def not_a_file(path: Path) -> str | None:
+    """What `path` is if it exists but is no regular file ("a directory", "a device or other
+    special file"); None otherwise."""
+    if not path.exists() or path.is_file():
+        return None
+    return "a directory" if path.is_dir() else "a device or other special file"
+
+
 def verify_entry(entry: RegistryEntry) -> None:
     """Check the file of a registry entry exists and matches its checksum."""
-    if entry.path.exists() and not entry.path.is_file():
-        what = "a directory" if entry.path.is_dir() else "a device or other special file"
+    what = not_a_file(entry.path)
+    if what is not None:
         raise DatasetError(f"dataset '{entry.name}': {display_path(entry.path)} is {what}, not "
                            f"a Parquet file; the registry's file must name one")
     if not entry.path.is_file():
