@@ -88,7 +88,7 @@ def private_folder(path: str | os.PathLike, top: str | os.PathLike | None = None
     for p in chain:
         st = os.stat(p)
         if not stat.S_ISDIR(st.st_mode):
-            raise CacheError(p, "not a folder")
+            raise CacheError(p, "a file, not a folder" if stat.S_ISREG(st.st_mode) else "not a folder")
         check_private(p, st)
     return path
 

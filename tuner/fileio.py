@@ -128,3 +128,33 @@ def remove_stale_temps(folder: str | os.PathLike, name: str = "") -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+def read_json(path: str | os.PathLike, error: type[Exception] = ValueError,
+              **options) -> object:
+    """The JSON value in file `path` (UTF-8; `options` go to ``json.loads``, e.g.
+    ``parse_constant``). Anything that stops it, an unreadable file, bytes that are not UTF-8, text
+    that is not JSON (with its line and column), nesting too deep for the parser or a ValueError of
+    an option's hook, raises `error` with one line naming the file."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a JSON file") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        return json.loads(data.decode("utf-8"), **options)
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not a text file (byte {e.start} is not UTF-8)") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
+    except RecursionError:
+        raise error(f"{path}: arrays or objects nested too deeply for the JSON parser (about "
+                    f"a thousand levels at most)") from None
+    except ValueError as e:
+        raise error(f"{path}: {e}") from None

@@ -132,7 +132,7 @@ def list_cmd(verify, config_name):
     that name, if there is one. Paths in a registry are relative to it.
     """
     from .errors import DatasetError
-    from .registry import registries, search_path, verify_entry
+    from .registry import not_a_file, registries, search_path, verify_entry
 
     config = None
     if config_name is not None:
@@ -162,6 +162,8 @@ def list_cmd(verify, config_name):
         for name, e in entries.items():
             if name in seen:
                 state = f"shadowed by registry {seen[name]}"
+            elif not_a_file(e.path) is not None:
+                state = f"{not_a_file(e.path)}, not a Parquet file"
             elif not e.path.is_file():
                 state = f"missing; create with: {e.convert_command()}" if e.sha256 is None \
                     else f"MISSING ({e.missing_hint()})"

@@ -27,6 +27,8 @@ DETECT_BYTES = 1 << 20
 DETECT_LINES = 200
 #: Every bad line goes to ``<output>`` + this when there are more than the messages show.
 REPORT_SUFFIX = ".bad.txt"
+#: A UTF-8 byte order mark; a text input may start with one (skipped).
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -92,10 +94,26 @@ def compression_of(path: Path) -> str | None:
     return None
 
 
+def skip_bom(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """`read` whose first call leaves out a leading UTF-8 byte order mark (an editor's, not
+    part of line 1)."""
+    first = True
+
+    def read_text(n: int) -> bytes:
+        nonlocal first
+        data = read(n)
+        if first:
+            first = False
+            data = data.removeprefix(UTF8_BOM)
+        return data
+
+    return read_text
+
+
 @contextmanager
 def open_input(path: Path):
-    """(read(n) -> bytes, raw_position() -> int) for a plain or compressed text file.
-    Decompression errors become DatasetError naming the file."""
+    """(read(n) -> bytes, raw_position() -> int) for a plain or compressed text file, without
+    a leading UTF-8 byte order mark. Decompression errors become DatasetError naming the file."""
     try:
         comp = compression_of(path)
         raw = open(path, "rb")
@@ -103,7 +121,7 @@ def open_input(path: Path):
         raise DatasetError(f"{path}: cannot read: {e.strerror}") from None
     try:
         if comp is None:
-            yield raw.read, raw.tell
+            yield skip_bom(raw.read), raw.tell
             return
         stream = pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), comp)
 
@@ -113,7 +131,7 @@ def open_input(path: Path):
             except (pa.ArrowException, OSError, EOFError) as e:
                 raise DatasetError(f"{path}: cannot decompress ({comp}): {e}") from e
 
-        yield read, raw.tell
+        yield skip_bom(read), raw.tell
     finally:
         raw.close()
 
@@ -156,7 +174,7 @@ def resolve_format(path: Path, fmt: str) -> str:
     return name
 
 
-def _blocks(read, tell, block_bytes: int):
+def line_blocks(read, tell, block_bytes: int):
     """Yield (input bytes consumed, block of whole lines)."""
     carry = b""
     pos = tell()
@@ -253,7 +271,7 @@ def convert_files(inputs: list[str | os.PathLike], output: str | os.PathLike,
         for p, f_fmt, fsum in zip(paths, formats, summary.files):
             line_base = 0
             with open_input(p) as (read, tell):
-                for nbytes, raw in _blocks(read, tell, block_bytes):
+                for nbytes, raw in line_blocks(read, tell, block_bytes):
                     summary.bytes_in += nbytes
                     if raw:
                         table, n_lines = _convert_block(raw, f_fmt, schema, line_base, fsum,

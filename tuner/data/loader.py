@@ -183,6 +183,11 @@ class DatasetReader:
                       "scores not loaded (all rows kept)", file=sys.stderr)
         self.with_score = with_score
         self.with_game = with_game and present["game"]
+        if self.with_game and n_rows and _null_count(pf, "game") == n_rows:
+            self.with_game = False  # else one game of every row: nothing left to train on
+            if not self.quiet:
+                print(f"{source}: note: column 'game' is all null; positions are grouped in "
+                      f"blocks of consecutive rows instead of games", file=sys.stderr)
         self.with_ply = self.with_game and present["ply"]
 
     @contextmanager

@@ -183,8 +183,20 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def not_a_file(path: Path) -> str | None:
+    """What `path` is if it exists but is no regular file ("a directory", "a device or other
+    special file"); None otherwise."""
+    if not path.exists() or path.is_file():
+        return None
+    return "a directory" if path.is_dir() else "a device or other special file"
+
+
 def verify_entry(entry: RegistryEntry) -> None:
     """Check the file of a registry entry exists and matches its checksum."""
+    what = not_a_file(entry.path)
+    if what is not None:
+        raise DatasetError(f"dataset '{entry.name}': {display_path(entry.path)} is {what}, not "
+                           f"a Parquet file; the registry's file must name one")
     if not entry.path.is_file():
         if entry.sha256 is None:
             raise DatasetError(

@@ -35,46 +35,60 @@ unrounded continuous eval (the tuner's) and every term's contribution (for clock
 every non-linear step; for evaluations without a breakdown of their own, each parameter group's
 value times the gradient).
 
-Invalid lines are reported on stderr as `F:LINE: reason` (`arg:N: reason` for arguments); the
-other lines are still evaluated, and the exit code is 1 if any line failed. The first run of an
+The file is read, parsed and evaluated a block at a time (memory does not grow with it). Invalid
+lines are reported on stderr as `F:LINE: reason` (`arg:N: reason` for arguments), the first 10
+of them; past those, a count and a file in the temporary folder that lists every one. The other
+lines are still evaluated, and the exit code is 1 if any line failed. A UTF-8 byte order mark
+at the start of the file is skipped. The first run of an
 evaluation compiles it (Numba), which is said on stderr.
 """
 
-def _read_inputs(fens, file):
-    """[(label, fen)] in input order: the FEN arguments, then the positions of `file` (see
-    EVAL_HELP). A file that cannot be used is a ClickException naming it."""
-    from pathlib import Path
+#: Input read, parsed and evaluated at a time: memory stays bounded whatever the file's size.
+EVAL_BLOCK_BYTES = 1 << 20
 
-    from tuner.data.convert import DETECT_BYTES, DETECT_LINES, open_input
+
+def _input_blocks(fens, file):
+    """Lists [(label, fen)] in input order, one block at a time: the FEN arguments, then the
+    positions of `file` (see EVAL_HELP), streamed. A file that cannot be used is a
+    ClickException naming it."""
+    from contextlib import nullcontext
+
+    from tuner.data.convert import (DETECT_BYTES, DETECT_LINES, line_blocks, open_input,
+                                    skip_bom)
     from tuner.data.errors import DatasetError
     from tuner.data.formats import FEN_OF_LINE, binary_kind, detect_format, not_text_hint
 
-    items = [(f"arg:{i}", f.strip()) for i, f in enumerate(fens, 1)]
+    if fens:
+        yield [(f"arg:{i}", f.strip()) for i, f in enumerate(fens, 1)]
     if file is None:
-        return items
+        return
     name = "<stdin>" if file == "-" else file
+    source = (nullcontext((skip_bom(sys.stdin.buffer.read), lambda: 0)) if file == "-"
+              else open_input(Path(file)))
     try:
-        if file == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open_input(Path(file)) as (read, _):
-                data = b"".join(iter(lambda: read(1 << 24), b""))
+        with source as (read, tell):
+            head = [read(EVAL_BLOCK_BYTES)]
+            what = binary_kind(head[0][:DETECT_BYTES])
+            if what == "a Parquet file" and file != "-":
+                yield _parquet_fens(file)
+                return
+            if what is not None:
+                raise click.ClickException(not_text_hint(name, what))
+            fen_of, lineno = None, 0
+            for _, raw in line_blocks(lambda n: head.pop() if head else read(n), tell,
+                                      EVAL_BLOCK_BYTES):
+                if not raw:  # within a line longer than a block
+                    continue
+                lines = [ln.removesuffix(b"\r").decode("utf-8", "surrogateescape")
+                         for ln in raw.split(b"\n")[:-1 if raw.endswith(b"\n") else None]]
+                if fen_of is None and any(t.strip() for t in lines):
+                    fmt, _ = detect_format([t for t in lines if t.strip()][:DETECT_LINES])
+                    fen_of = FEN_OF_LINE[fmt]
+                yield [(f"{name}:{k}", fen_of(line))
+                       for k, line in enumerate(lines, lineno + 1) if line.strip()]
+                lineno += len(lines)
     except DatasetError as e:
         raise click.ClickException(str(e)) from None
-    what = binary_kind(data[:DETECT_BYTES])
-    if what == "a Parquet file" and file != "-":
-        return items + _parquet_fens(file)
-    if what is not None:
-        raise click.ClickException(not_text_hint(name, what))
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    text = [ln.removesuffix(b"\r").decode("utf-8", "surrogateescape") for ln in lines]
-    fmt, _ = detect_format([t for t in text[:DETECT_LINES] if t.strip()])
-    fen_of = FEN_OF_LINE[fmt]
-    items.extend((f"{name}:{lineno}", fen_of(line)) for lineno, line in enumerate(text, 1)
-                 if line.strip())
-    return items
 
 
 def _parquet_fens(path: str) -> list:
@@ -83,13 +97,59 @@ def _parquet_fens(path: str) -> list:
     import pyarrow.parquet as pq
 
     try:
+        names = pq.read_schema(path).names
+        if "fen" not in names:
+            raise click.ClickException(
+                f"{path}: a Parquet file without a fen column (its columns: "
+                f"{', '.join(names) or 'none'}); eval --file reads the FENs of a `fen` column")
         column = pq.read_table(path, columns=["fen"]).column("fen")
-    except (pa.ArrowException, OSError, KeyError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise click.ClickException(f"{path}: a Parquet file whose fen column cannot be read "
                                    f"({e})") from None
     if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
         raise click.ClickException(f"{path}: the fen column holds {column.type}, not strings")
     return [(f"{path}:row {i}", fen or "") for i, fen in enumerate(column.to_pylist())]
+
+
+class _ErrorReport:
+    """The invalid lines of one ``tuner eval``: the first SHOW_BAD printed on stderr as they
+    come, every one also written to a report file in the temporary folder, which is kept (and
+    named) only when they were more than printed."""
+
+    def __init__(self):
+        self.count = 0
+        self.report = None
+
+    def add(self, label: str, reason: str) -> None:
+        import os
+        import tempfile
+        import time
+
+        from tuner.data.convert import BadLineReport
+        from tuner.data.errors import SHOW_BAD, clip
+
+        line = f"{label}: {clip(reason)}"
+        self.count += 1
+        if self.count <= SHOW_BAD:
+            click.echo(line, err=True)
+        if self.report is None:
+            stem = f"tuner-eval-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            self.report = BadLineReport(Path(tempfile.gettempdir()) / stem)
+        self.report.add(line)
+
+    def close(self) -> None:
+        """Keep the report and say where it is if not every invalid line was printed."""
+        from tuner.data.errors import SHOW_BAD
+
+        if self.report is None:
+            return
+        if self.count > SHOW_BAD:
+            path = self.report.keep()
+            click.echo(f"... and {self.count - SHOW_BAD:,} more invalid lines "
+                       f"({self.count:,} in all; every one: {path})", err=True)
+        else:
+            self.report.discard()
+        self.report = None
 
 
 def _parse_all(items):
@@ -166,35 +226,43 @@ def _read_params(path: str, evaluation):
 def eval_cmd(fens, file, evaluation, params, breakdown):
     if not fens and file is None:
         raise click.UsageError("give FEN arguments or --file F")
-    try:
-        items = _read_inputs(fens, file)
-    except OSError as e:
-        raise click.ClickException(str(e)) from None
 
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
 
-    from tuner.data.errors import clip
-
     ev = _evaluation(evaluation)
     reg = ev.registry if params is None else _read_params(params, ev)
-    out = []
-    with watch_compilation(lambda: announce_compiling(f"the {ev.name} evaluation")), \
-            compile_errors(ev.name):
-        positions, ok, errors = _parse_all(items)
-        for _, label, reason in errors:
-            click.echo(f"{label}: {clip(reason)}", err=True)
-        ie = ev.evaluate_positions(positions, reg)[0] if ok else []
-        for k, i in enumerate(ok):
-            fen = items[i][1]
-            if breakdown:
-                out.append(ev.breakdown(fen, positions[k], reg, int(ie[k])))
-                out.append("")
-            out.append(f"{fen};{int(ie[k])}")
-    if out:
-        click.echo("\n".join(out))
-    if errors:
+    errors = _ErrorReport()
+    try:
+        with watch_compilation(lambda: announce_compiling(f"the {ev.name} evaluation")), \
+                compile_errors(ev.name):
+            for items in _input_blocks(fens, file):
+                _eval_block(ev, reg, items, breakdown, errors)
+    except OSError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        errors.close()
+    if errors.count:
         sys.exit(1)
+
+
+def _eval_block(ev, reg, items, breakdown: bool, errors: _ErrorReport) -> None:
+    """Evaluate one block of (label, fen) items: the invalid ones to `errors`, the others
+    printed as `FEN;<eval>` (after their breakdown with `breakdown`)."""
+    positions, ok, bad = _parse_all(items)
+    for _, label, reason in bad:
+        errors.add(label, reason)
+    if not ok:
+        return
+    ie = ev.evaluate_positions(positions, reg)[0]
+    out = []
+    for k, i in enumerate(ok):
+        fen = items[i][1]
+        if breakdown:
+            out.append(ev.breakdown(fen, positions[k], reg, int(ie[k])))
+            out.append("")
+        out.append(f"{fen};{int(ie[k])}")
+    click.echo("\n".join(out))
 
 
 @click.command("export")

@@ -36,7 +36,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tuner.fileio import atomic_write
+from tuner.fileio import atomic_write, read_json
 
 _SCHEMA_KEYS = ("source", "format", "evaluation", "K", "phase_weights", "phase_max", "note")
 _ENTRY_KEYS = ("name", "kind", "shape", "offset", "values", "constant")
@@ -311,17 +311,11 @@ class ParamRegistry:
 
     @classmethod
     def from_json(cls, path) -> "ParamRegistry":
-        """Read a parameter file; ParamFileError naming the file and what is wrong with it (not
-        JSON, not text, an entry out of range, ...). A missing file is a FileNotFoundError."""
-        with open(path, "rb") as f:
-            data = f.read()
+        """Read a parameter file; ParamFileError naming the file and what is wrong with it
+        (missing, not text, not JSON, nested too deeply, an entry out of range, ...)."""
+        d = read_json(path, ParamFileError, parse_constant=_reject_constant)
         try:
-            d = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
             return cls.from_dict(d)
-        except UnicodeDecodeError as e:
-            raise ParamFileError(f"{path}: not a text file (byte {e.start} is not UTF-8)") from None
-        except json.JSONDecodeError as e:
-            raise ParamFileError(f"{path}: not JSON: {e}") from None
         except ValueError as e:
             raise ParamFileError(f"{path}: {e}") from None
 

@@ -274,10 +274,10 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
 
-    from .commands import _evaluation, _parse_all, _read_inputs, _read_params
+    from .commands import _evaluation, _input_blocks, _parse_all, _read_params
 
     try:
-        items = _read_inputs(fens, file)
+        items = [item for block in _input_blocks(fens, file) for item in block]
     except OSError as e:
         raise click.ClickException(str(e)) from None
     ev = _evaluation(evaluation)

@@ -12,7 +12,6 @@ bar panel of its own scale; an entry of a table is named by its square (``KNIGHT
 from __future__ import annotations
 
 import enum
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from tuner.evals.registry import PAIR, ParamGroup, ParamRegistry
+from tuner.fileio import read_json
 from .figure import GRID_ALPHA, SMALL_FONT, TITLE_INCHES, new_figure, number_text, save_png
 
 FILES = "abcdefgh"
@@ -75,19 +75,7 @@ class ParamFileError(ValueError):
 def load_params(path: str | os.PathLike) -> ParamRegistry:
     """The parameter registry in `path` (the registry's JSON schema, e.g. a run's params.json);
     ParamFileError with a one-line reason otherwise."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ParamFileError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ParamFileError(f"{path}: is a directory, not a parameter file") from None
-    except OSError as e:
-        raise ParamFileError(f"{path}: cannot read it ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise ParamFileError(f"{path}: not a text file (expected registry JSON)") from None
-    except json.JSONDecodeError as e:
-        raise ParamFileError(f"{path}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
+    data = read_json(path, ParamFileError)
     try:
         return ParamRegistry.from_dict(data)
     except KeyError as e:

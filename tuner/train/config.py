@@ -101,7 +101,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "train": Key((list, str), None,
                      "Datasets to train on: registered names (looked up as `tuner data list "
                      "--config` shows: the project's datasets/registry.toml first) or Parquet "
-                     "paths (relative to the config file). Required.", _str_list),
+                     "paths (relative to the config file). A registry's `file` may be any "
+                     "path, absolute or with `..`: a registry from someone else can point at "
+                     "any file you can read. Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
                                    "Share of the positions held out for the validation loss. "
                                    "Whole games are held out, never single positions: a game's "
@@ -120,7 +122,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       _one_of("skip", "strict")),
     },
     "evaluation": {
-        "name": Key((str,), "clockwork", "Evaluation to tune (see `tuner.evals`)."),
+        "name": Key((str,), "clockwork",
+                    "Evaluation to tune: a registered name (see `tuner.evals`), a module path "
+                    "(mypkg.myeval) or a .py file (relative to the config file). A module or "
+                    "file is imported, so its code runs with your rights: a configuration from "
+                    "someone else runs their code; read what it names before training with it."),
         "init": Key((str,), "zero",
                     "Initial parameters: 'zero', 'default' (the evaluation's shipped values), "
                     "'random' (uniform in random_center +- random_range) or a parameter JSON "
@@ -233,6 +239,11 @@ def _type_name(types: tuple) -> str:
     return " or ".join(names[t] for t in types)
 
 
+def _a(noun: str) -> str:
+    """`noun` with its indefinite article: "an integer", "a number"."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def _check_type(value, types) -> bool:
     if isinstance(value, bool):
         return bool in types
@@ -278,7 +289,7 @@ def _check_table_list(where: str, items, keys: dict, required: set) -> list:
             if k not in keys:
                 _fail(w, f"unknown key {k!r}; allowed: {', '.join(keys)}")
             if not _check_type(v, keys[k]):
-                _fail(f"{w}.{k}", f"must be a {_type_name(keys[k])}, got {v!r}")
+                _fail(f"{w}.{k}", f"must be {_a(_type_name(keys[k]))}, got {v!r}")
         for k in required:
             if k not in item:
                 _fail(w, f"missing key {k!r}")
@@ -304,7 +315,7 @@ def validate(raw: dict, where: str = "config") -> Config:
             key = keys[k]
             if not _check_type(v, key.types):
                 _fail(f"{where}: [{section}] {k}",
-                      f"must be a {_type_name(key.types)}, got {v!r}")
+                      f"must be {_a(_type_name(key.types))}, got {v!r}")
             if isinstance(v, float) and not math.isfinite(v):
                 _fail(f"{where}: [{section}] {k}", f"must be finite, got {v!r}")
             err = key.check(v) if key.check is not None else None

@@ -57,8 +57,8 @@ from tuner.tape.player import FreezeError, load_store, save_store, store_len, st
 from .record import LOSS, record_store
 from .stream import DataDigest, stream_data
 from .heldout import default_theta, integer_evals
-from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, discard_new_run, read_meta,
-                     write_meta)
+from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, claim_new_dir,
+                     discard_new_run, read_meta, write_meta)
 from .warmup import warm_positions, warm_up
 from .workers import Workers, resolve_threads, split_params
 
@@ -181,14 +181,12 @@ def initial_params(cfg: Config, registry) -> np.ndarray:
     else:
         from tuner.evals.registry import ParamRegistry
         path = cfg.resolve_path(init)
+        if not Path(path).exists():
+            raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
+                              f"'zero', 'default' or 'random')")
         try:
             loaded = ParamRegistry.from_json(path)
-        except FileNotFoundError:
-            raise ConfigError(f"[evaluation] init: no such parameter file {path} (or use "
-                              f"'zero', 'default' or 'random')") from None
-        except OSError as e:
-            raise ConfigError(f"[evaluation] init: cannot read {path}: {e.strerror}") from None
-        except ValueError as e:  # ParamFileError: names the file and the entry
+        except ValueError as e:  # ParamFileError: names the file and what is wrong
             raise ConfigError(f"[evaluation] init: {e}") from None
         if (loaded.names != registry.names or loaded.n_params != n
                 or loaded.n_values != n_values):
@@ -275,7 +273,10 @@ class Run:
     def load_checkpoint(self) -> None:
         path = self.out / CHECKPOINT
         if not path.exists():
-            raise TrainingError(f"{self.out}: no {CHECKPOINT} to resume from")
+            raise TrainingError(
+                f"{self.out}: no {CHECKPOINT} to resume from: the run never completed its "
+                f"first epoch; start it again with `tuner train --config "
+                f"{self.cfg.path or self.out / 'config.toml'} --out {self.out}`")
         expect = Expect(len(self.theta), self.evaluation.name, MAX_PARAM, self.cfg.digest(),
                         json.loads(json.dumps(self.cfg.values)))
         try:
@@ -640,9 +641,14 @@ class Run:
                          f"  val {'-' if math.isnan(val) else format(val, '.6f')}"
                          f"{' *' if best else '  '}  lr {stats['lr']:.4g}  "
                          f"{stats['seconds']:.2f} s  {stats['positions_per_s']:,.0f} pos/s")
-        finally:
+        except BaseException:
             workers.close()
-            self.write_history()
+            if (self.out / CHECKPOINT).exists():  # the history of the run kept; a new run
+                with contextlib.suppress(OSError):  # without one is discarded, and the error
+                    self.write_history()  # under way (e.g. the checkpoint's) is the one to say
+            raise
+        workers.close()
+        self.write_history()
         if len(data.val):
             with watch_compilation(self.observer.compile_start, compiling):
                 self.report_heldout(data)
@@ -711,9 +717,13 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     # everything the config names is checked before anything is created
     run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
     find_data(cfg)  # a missing dataset fails before the run directory exists
-    run.created_dir = not out_dir.exists()
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if out:
+            run.created_dir = not out_dir.exists()
+            out_dir.mkdir(parents=True, exist_ok=True)
+        else:  # a default name is made unique: two runs started in one second both start
+            out_dir = claim_new_dir(out_dir)
+            run.out, run.lock, run.created_dir = out_dir, RunLock(out_dir), True
     except OSError as e:
         raise WriteError(out_dir, e) from None
     _lock(run)  # refused: the directory is another process's, leave it alone

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 from pathlib import Path
 
-from tuner.fileio import atomic_write
+from tuner.fileio import atomic_write, read_json
 
 RUN_META = "run.json"
 
@@ -69,10 +70,10 @@ def read_meta(directory: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RunMetaError(f"{path}: unreadable ({e}); delete it to resume with the run's "
-                           f"config.toml and --epochs") from None
+        meta = read_json(path, RunMetaError)
+    except RunMetaError as e:
+        raise RunMetaError(f"{e}; delete it to resume with the run's config.toml and "
+                           f"--epochs") from None
     if not isinstance(meta, dict):
         raise RunMetaError(f"{path}: not a JSON object; delete it to resume with the run's "
                            f"config.toml and --epochs")
@@ -84,6 +85,22 @@ def write_meta(directory: Path, **fields) -> None:
     meta = read_meta(directory)
     meta.update(fields)
     atomic_write(Path(directory) / RUN_META, json.dumps(meta))
+
+
+def claim_new_dir(path: Path) -> Path:
+    """Create the directory `path` or, when it exists (e.g. a run started in the same second),
+    the first of ``path-2``, ``path-3``, ... that does not; mkdir is atomic, so no two processes
+    get the same one. Returns the directory created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for k in itertools.count(1):
+        candidate = path if k == 1 else path.with_name(f"{path.name}-{k}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def discard_new_run(directory: Path, created_dir: bool, files: tuple) -> None:
