@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from tuner.data.loader import DatasetReader
+from tuner.data.trace import concat_positions
 from tuner.tape.player import FreezeError, Store
 from .record import StoreRecorder
 from .split import group_ids
@@ -53,9 +54,10 @@ class DataDigest:
 
     def update(self, positions: np.ndarray, results: np.ndarray,
                score_cp: np.ndarray | None) -> None:
-        for h, arr in zip(self.parts, (positions, results, score_cp)):
-            if arr is not None:
-                h.update(np.ascontiguousarray(arr).data)
+        for h, arrays in zip(self.parts, (positions, results, score_cp)):
+            for arr in (arrays if isinstance(arrays, tuple) else (arrays,)):  # a trace's: 5
+                if arr is not None:
+                    h.update(np.ascontiguousarray(arr).data)
 
     def digest(self) -> bytes:
         return b"".join(h.digest() for h in self.parts)
@@ -118,7 +120,7 @@ def _read(run: Run, readers: list[DatasetReader], recorder: StoreRecorder | None
                     + f"; split by {by}")
 
 
-def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray) -> np.ndarray:
+def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray):
     """The positions of `rows` (sorted indices into the datasets' valid rows, concatenated)."""
     parts, offset = [], 0
     for reader, n in zip(readers, sizes):
@@ -126,7 +128,7 @@ def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray)
         if hi > lo:
             parts.append(reader.positions(rows[lo:hi] - offset))
         offset += n
-    return np.concatenate(parts) if parts else np.zeros((0, 9), np.uint64)
+    return concat_positions(parts) if parts else readers[0].no_positions()
 
 
 @contextmanager
@@ -168,7 +170,8 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tup
     d, tr = cfg["data"], cfg["training"]
     with ExitStack() as files:
         readers = [files.enter_context(DatasetReader(found, d["policy"], with_game=True,
-                                                     need_scores=cfg["loss"]["score_blend"] > 0))
+                                                     need_scores=cfg["loss"]["score_blend"] > 0,
+                                                     trace=run.evaluation.trace))
                    for found in find_data(cfg)]
         expected = sum(r.n_rows for r in readers)
         labels = _Labels(readers)

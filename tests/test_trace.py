@@ -1,0 +1,107 @@
+"""Trace datasets (tuner/data/trace.py) and the trace evaluation (tuner/evals/trace.py): a trace
+written from `clockwork`'s own features (examples/write_trace.py) trains to bitwise the
+parameters `clockwork` trains to; bad trace rows are reported with file row and field."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tuner.data import DatasetError
+from tuner.data.loader import DatasetReader
+from tuner.evals import get_evaluation
+from tuner.evals.export import export
+from tuner.train.config import validate
+from tuner.train.loop import Run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _writer():
+    spec = importlib.util.spec_from_file_location("write_trace", ROOT / "examples" /
+                                                  "write_trace.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    """The trace of the shipped `tiny` sample written by examples/write_trace.py."""
+    out = tmp_path_factory.mktemp("trace") / "tiny-trace.parquet"
+    assert _writer().write_trace("tiny", out) == 4000
+    return out
+
+
+def _train(tmp_path, name: str, evaluation: str, data: str, **training) -> Run:
+    raw = {"data": {"train": [data], "validation_fraction": 0.2},
+           "evaluation": {"name": evaluation, "init": "default"},
+           "loss": {"k": "fit"}, "optimizer": {"lr": 0.5},
+           "training": {"epochs": 3, "batch_size": 512, "micro_batch_size": 100,
+                        "threads": 2, **training}}
+    cfg = validate(raw, str(tmp_path / "x.toml"))
+    out = tmp_path / name
+    out.mkdir()
+    run = Run(cfg, out, log=lambda line: None)
+    run.run()
+    return run
+
+
+def test_trace_of_clockwork_trains_to_the_same_bits(trace, tmp_path):
+    native = _train(tmp_path, "native", "clockwork", "tiny")
+    traced = _train(tmp_path, "traced", str(trace.with_suffix(".json")), str(trace))
+    assert traced.evaluation.trace is not None
+    assert traced.k == native.k  # fitted to the same evaluations
+    assert np.any(native.theta != native.registry.defaults.reshape(-1))  # it trained
+    assert native.theta.tobytes() == traced.theta.tobytes()
+    assert native.best_theta.tobytes() == traced.best_theta.tobytes()
+    for key in ("train_loss", "val_loss"):
+        assert native.history[key] == traced.history[key]
+    # the generic C++ array form of the tuned trace parameters
+    text = export(traced.registry, traced.params, "cpp", None, cpp_style="array",
+                  name="tiny-trace")
+    assert "PAWN_MAT" in text
+
+
+def _spoil(trace: Path, tmp_path: Path, **columns) -> Path:
+    t = pq.read_table(trace)
+    for name, values in columns.items():
+        t = t.set_column(t.schema.get_field_index(name), name, values(t.column(name)))
+    out = tmp_path / "bad.parquet"
+    pq.write_table(t, out)
+    return out
+
+
+def _set(column, row: int, value, type_=None):
+    items = column.to_pylist()
+    items[row] = value
+    return pa.array(items, type_ or column.type)
+
+
+@pytest.mark.parametrize("column, row, value, expected", [
+    ("phase", 7, 25, "row 7: phase 25 outside 0..24"),
+    ("result", 3, 0.25, "row 3: bad result 0.25"),
+    ("terms", 11, [{"index": 541, "count": 1}], "row 11: terms[0].index 541 outside 0..540"),
+    ("terms", 12, [{"index": 0, "count": 1}, {"index": 2, "count": None}],
+     "row 12: terms[1].count is null"),
+    ("terms", 13, None, "row 13: terms is null"),
+])
+def test_bad_rows_are_named(trace, tmp_path, column, row, value, expected):
+    bad = _spoil(trace, tmp_path, **{column: lambda c: _set(c, row, value)})
+    layout = get_evaluation(str(trace.with_suffix(".json"))).trace
+    with DatasetReader(str(bad), "strict", trace=layout) as reader:
+        with pytest.raises(DatasetError, match="bad.parquet: 1 bad row") as e:
+            list(reader.batches())
+    assert expected in str(e.value)
+
+
+def test_kinds_are_not_mixed(trace):
+    layout = get_evaluation(str(trace.with_suffix(".json"))).trace
+    with pytest.raises(DatasetError, match="is a trace"):
+        DatasetReader(str(trace))
+    with pytest.raises(DatasetError, match="holds no trace"):
+        DatasetReader("tiny", trace=layout)
