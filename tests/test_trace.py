@@ -3,7 +3,9 @@ written from `clockwork`'s own features (examples/write_trace.py) trains to bitw
 parameters `clockwork` trains to; bad trace rows are reported with file row and field."""
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import tuner.train.stream as stream
 from tuner.data import DatasetError
 from tuner.data.loader import DatasetReader
 from tuner.evals import get_evaluation
 from tuner.evals.export import export
-from tuner.train.config import validate
+from tuner.evals.generic import continuous
+from tuner.train.config import ConfigError, validate
 from tuner.train.loop import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,8 +55,11 @@ def _train(tmp_path, name: str, evaluation: str, data: str, **training) -> Run:
     return run
 
 
-def test_trace_of_clockwork_trains_to_the_same_bits(trace, tmp_path):
+def test_trace_of_clockwork_trains_to_the_same_bits(trace, tmp_path, monkeypatch):
     native = _train(tmp_path, "native", "clockwork", "tiny")
+    # the trace read in batches of 250 rows: micro-batches of 100 straddle them
+    monkeypatch.setattr(stream, "DatasetReader", functools.partial(DatasetReader,
+                                                                   batch_rows=250))
     traced = _train(tmp_path, "traced", str(trace.with_suffix(".json")), str(trace))
     assert traced.evaluation.trace is not None
     assert traced.k == native.k  # fitted to the same evaluations
@@ -105,3 +112,57 @@ def test_kinds_are_not_mixed(trace):
         DatasetReader(str(trace))
     with pytest.raises(DatasetError, match="holds no trace"):
         DatasetReader("tiny", trace=layout)
+
+
+def _small_trace(tmp_path, rows: list, phase_max=4, **meta) -> Path:
+    """A trace of two parameters A, B[2] (3 pairs) with `rows` (result, phase, scale, terms)."""
+    params = {"phase_max": phase_max, **meta, "params": [
+        {"name": "A", "shape": [], "offset": 0, "values": [[10.0, 20.0]]},
+        {"name": "B", "shape": [2], "offset": 1, "values": [[1.5, -3.0], [0.25, 8.0]]}]}
+    if phase_max is None:
+        del params["phase_max"]
+    (tmp_path / "small.json").write_text(json.dumps(params))
+    terms_type = pa.list_(pa.struct([("index", pa.int32()), ("count", pa.int32())]))
+    table = pa.table({"result": pa.array([r[0] for r in rows], pa.float64()),
+                      "phase": pa.array([r[1] for r in rows], pa.int32()),
+                      "scale": pa.array([r[2] for r in rows], pa.float64()),
+                      "terms": pa.array([[{"index": i, "count": c} for i, c in r[3]]
+                                         for r in rows], terms_type)})
+    pq.write_table(table, tmp_path / "small.parquet")
+    return tmp_path / "small.parquet"
+
+
+def test_phase_scale_and_merged_terms(tmp_path):
+    path = _small_trace(tmp_path, [(1.0, 4, 1.0, [(0, 1)]),
+                                   (0.5, 1, 0.5, [(1, 2), (2, -1), (1, 1), (2, 1)]),
+                                   (0.0, 0, 0.25, [])])
+    ev = get_evaluation(str(path.with_suffix(".json")))
+    with DatasetReader(str(path), trace=ev.trace) as reader:
+        rows = next(reader.batches()).positions
+    got = continuous(ev, rows, np.array(ev.registry.defaults), np.zeros(0))
+    # row 1: B[0] * 3 (merged), B[1] * 0 (dropped); eg scaled by 0.5; a = 1/4
+    mg, eg = 3 * 1.5, 3 * -3.0 * 0.5
+    assert got.tolist() == [10.0, 0.25 * mg + 0.75 * eg, 0.0]
+
+
+def test_parameter_file_needs_phase_max(tmp_path):
+    path = _small_trace(tmp_path, [(1.0, 0, 1.0, [])], phase_max=None)
+    with pytest.raises(ValueError, match='needs "phase_max"'):
+        get_evaluation(str(path.with_suffix(".json")))
+
+
+def test_scale_out_of_range_is_named(tmp_path):
+    path = _small_trace(tmp_path, [(1.0, 0, 1.0, []), (1.0, 0, 9.0, [])])
+    ev = get_evaluation(str(path.with_suffix(".json")))
+    with DatasetReader(str(path), "strict", trace=ev.trace) as reader:
+        with pytest.raises(DatasetError, match="row 1: scale 9.0 outside 0..4"):
+            list(reader.batches())
+
+
+def test_eager_mode_is_refused(tmp_path):
+    path = _small_trace(tmp_path, [(1.0, 0, 1.0, [])])
+    cfg = validate({"data": {"train": [str(path)]},
+                    "evaluation": {"name": str(path.with_suffix(".json"))},
+                    "training": {"mode": "eager"}}, str(tmp_path / "x.toml"))
+    with pytest.raises(ConfigError, match="trains in replay mode"):
+        Run(cfg, tmp_path / "out")
