@@ -8,6 +8,7 @@ Both are then trained from their Parquet files one after the other in this proce
 record time, s/epoch (median of --epochs), and whether both reach the same parameters.
 
     .venv/bin/python benchmarks/trace_bench.py [--positions N] [--epochs E] [--threads T]
+                                               [--trace-first]
 """
 import argparse
 import importlib.util
@@ -52,6 +53,8 @@ def main():
     ap.add_argument("--positions", type=int, default=CPP_BENCH_POSITIONS)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--trace-first", action="store_true",
+                    help="train the trace first (to see the order's part in the figures)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -65,7 +68,8 @@ def main():
             size = path.stat().st_size
             print(f"  {name} Parquet: {size / 1e6:.1f} MB, {size / a.positions:.1f} bytes/position")
         thetas = []
-        for evaluation, data in (("clockwork", fens), (str(trace.with_suffix(".json")), trace)):
+        runs = [("clockwork", fens), (str(trace.with_suffix(".json")), trace)]
+        for evaluation, data in runs[::-1] if a.trace_first else runs:
             out = tmp / f"run-{len(thetas)}"
             out.mkdir()
             print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
