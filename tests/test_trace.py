@@ -166,3 +166,38 @@ def test_eager_mode_is_refused(tmp_path):
                     "training": {"mode": "eager"}}, str(tmp_path / "x.toml"))
     with pytest.raises(ConfigError, match="trains in replay mode"):
         Run(cfg, tmp_path / "out")
+
+
+def test_feature_trace_is_clockworks_counts():
+    from tuner.data import load_dataset
+    from tuner.evals.clockwork import feature_counts, feature_trace
+
+    positions = load_dataset("tiny", quiet=True).positions[:300]
+    start, index, count, phase = feature_trace(positions, terms_per_position=1)  # grown
+    counts, phases = feature_counts(positions)
+    dense = np.zeros_like(counts)
+    for i in range(len(positions)):
+        dense[i, index[start[i]:start[i + 1]]] = count[start[i]:start[i + 1]]
+    assert np.array_equal(dense, counts) and np.array_equal(phase, phases)
+    assert np.all(count != 0) and start[-1] > 300
+
+
+def test_positions_cut_and_joined_digest_alike(trace):
+    from tuner.data.trace import concat_positions, position_count, take_positions
+    from tuner.train.stream import DataDigest
+
+    layout = get_evaluation(str(trace.with_suffix(".json"))).trace
+    with DatasetReader(str(trace), trace=layout) as reader:
+        rows = next(reader.batches()).positions
+    n = position_count(rows)
+    parts = [take_positions(rows, np.arange(0, 1234)), take_positions(rows, np.arange(1234, n))]
+    whole, pieces = DataDigest(), DataDigest()
+    whole.update(rows, np.zeros(n), None)
+    for p in parts:
+        pieces.update(p, np.zeros(position_count(p)), None)
+    assert whole.digest() == pieces.digest()
+    joined = concat_positions(parts)
+    assert all(np.array_equal(a, b) for a, b in zip(joined, rows))
+    odd = take_positions(rows, np.arange(1, n, 2))
+    assert np.array_equal(odd.index[odd.start[0]:odd.start[1]],
+                          rows.index[rows.start[1]:rows.start[2]])

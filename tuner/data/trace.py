@@ -259,6 +259,15 @@ def concat_positions(parts: list):
                      np.concatenate([p.count for p in parts]))
 
 
+def position_arrays(positions) -> tuple:
+    """The arrays that say what `positions` (either kind) are, the same arrays one after the
+    other however they are cut into parts (a trace's row lengths, not its offsets)."""
+    if not isinstance(positions, TraceRows):
+        return (positions,)
+    return (positions.alpha, positions.scale, np.diff(positions.start), positions.index,
+            positions.count)
+
+
 def position_count(positions) -> int:
     """How many positions `positions` holds (either kind)."""
     return len(positions.alpha) if isinstance(positions, TraceRows) else len(positions)

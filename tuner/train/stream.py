@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from tuner.data.loader import DatasetReader
-from tuner.data.trace import concat_positions
+from tuner.data.trace import concat_positions, position_arrays
 from tuner.tape.player import FreezeError, Store
 from .record import StoreRecorder
 from .split import group_ids
@@ -50,17 +50,18 @@ class DataDigest:
     however it is cut (what a store cache's key is made of)."""
 
     def __init__(self):
-        self.parts = [hashlib.blake2b(digest_size=16) for _ in range(3)]
+        self.parts: list | None = None  # one digest per array (a trace's positions are 5)
 
-    def update(self, positions: np.ndarray, results: np.ndarray,
-               score_cp: np.ndarray | None) -> None:
-        for h, arrays in zip(self.parts, (positions, results, score_cp)):
-            for arr in (arrays if isinstance(arrays, tuple) else (arrays,)):  # a trace's: 5
-                if arr is not None:
-                    h.update(np.ascontiguousarray(arr).data)
+    def update(self, positions, results: np.ndarray, score_cp: np.ndarray | None) -> None:
+        arrays = position_arrays(positions) + (results, score_cp)
+        if self.parts is None:
+            self.parts = [hashlib.blake2b(digest_size=16) for _ in arrays]
+        for h, arr in zip(self.parts, arrays):
+            if arr is not None:
+                h.update(np.ascontiguousarray(arr).data)
 
     def digest(self) -> bytes:
-        return b"".join(h.digest() for h in self.parts)
+        return b"".join(h.digest() for h in self.parts or ())
 
 
 class _Labels:
