@@ -201,3 +201,15 @@ def test_positions_cut_and_joined_digest_alike(trace):
     odd = take_positions(rows, np.arange(1, n, 2))
     assert np.array_equal(odd.index[odd.start[0]:odd.start[1]],
                           rows.index[rows.start[1]:rows.start[2]])
+
+
+def test_eval_command_refuses_a_trace_evaluation(trace):
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    result = CliRunner().invoke(main, ["eval", "-e", str(trace.with_suffix(".json")),
+                                       "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45"])
+    assert result.exit_code == 1
+    assert "is the evaluation of a trace's rows" in result.output
+    assert "Traceback" not in result.output
