@@ -18,6 +18,7 @@ from tuner.chess.fen import parse_fen_array
 from tuner.chess.status import status_text
 from .registry import Resolved, resolve
 from .schema import check_schema
+from . import trace as traces
 
 POSITION_WORDS = 9
 #: Rows per Arrow batch while streaming a file.
@@ -107,7 +108,8 @@ class Batch:
     start      the file row (0-based) of the batch's first row
     n_rows     rows of the batch, valid or not
     ok         bool[n_rows]: which rows are valid; None when all are
-    positions, results, score_cp, game, ply: as in `Dataset`, for the valid rows
+    positions, results, score_cp, game, ply: as in `Dataset`, for the valid rows (a trace's
+               positions are `tuner.data.trace.TraceRows`)
     """
 
     start: int
@@ -139,17 +141,22 @@ class DatasetReader:
     when no row is valid. `n_bad` and `bad_rows` then hold what it found, `kept` the valid
     rows. Every Arrow or I/O failure is a DatasetError naming the file. Use it as a context
     manager (or `close` it).
+
+    A file is read as what its reader expects: positions given as FENs (`trace` None) or a
+    trace (`tuner.data.trace`: its rows checked against `trace`, the trace evaluation's
+    layout); a file of the other kind is a DatasetError saying so.
     """
 
     def __init__(self, path_or_name: str | os.PathLike | Resolved, policy: str = "skip", *,
                  need_scores: bool = False, with_game: bool = False, quiet: bool = False,
-                 batch_rows: int = BATCH_ROWS):
+                 batch_rows: int = BATCH_ROWS, trace: traces.TraceLayout | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         resolved = (path_or_name if isinstance(path_or_name, Resolved)
                     else resolve(path_or_name))
         self.resolved, self.policy, self.quiet, self.batch_rows = (resolved, policy, quiet,
                                                                    batch_rows)
+        self.trace = trace
         self.source = source = resolved.description
         self.pf = pf = open_parquet(resolved.path, source)
         self.n_rows = n_rows = pf.metadata.num_rows
@@ -170,7 +177,19 @@ class DatasetReader:
 
     def _choose_columns(self, need_scores: bool, with_game: bool) -> None:
         source, n_rows, pf = self.source, self.n_rows, self.pf
-        present = check_schema(pf.schema_arrow, source)
+        schema = pf.schema_arrow
+        traces.check_layout(self.trace, traces.is_trace(schema), source)
+        if self.trace is not None:
+            traces.check_schema(schema, source)
+            if need_scores:
+                raise DatasetError(f"{source}: a trace has no scores ([loss] score_blend needs "
+                                   "them)")
+            self.with_score = False
+            self.with_game = with_game and "game" in schema.names
+            self.with_ply = self.with_game and "ply" in schema.names
+            self.columns = traces.columns(schema)
+            return
+        present = check_schema(schema, source)
         score_nulls = _null_count(pf, "score_cp") if present["score_cp"] else n_rows
         with_score = score_nulls < n_rows
         if need_scores and not with_score:
@@ -189,6 +208,7 @@ class DatasetReader:
                 print(f"{source}: note: column 'game' is all null; positions are grouped in "
                       f"blocks of consecutive rows instead of games", file=sys.stderr)
         self.with_ply = self.with_game and present["ply"]
+        self.columns = ["fen", "result"] + ["score_cp"] * self.with_score
 
     @contextmanager
     def _arrow_errors(self):
@@ -208,8 +228,7 @@ class DatasetReader:
 
     def batches(self) -> Iterator[Batch]:
         """One pass over the file: the valid rows of each batch, in file order."""
-        columns = ["fen", "result"] + ["score_cp"] * self.with_score \
-            + ["game"] * self.with_game + ["ply"] * self.with_ply
+        columns = self.columns + ["game"] * self.with_game + ["ply"] * self.with_ply
         first = self.kept is None
         bad_rows: list[BadRow] = []
         bad: list[np.ndarray] = []
@@ -243,6 +262,10 @@ class DatasetReader:
         """Batch `batch` (file rows from `start`) checked; its first bad rows into `bad_rows`."""
         source = self.source
         n = batch.num_rows
+        if self.trace is not None:
+            pos_b, res, ok = traces.parse_batch(batch, start, self.trace, bad_rows,
+                                                MAX_BAD_KEPT - len(bad_rows))
+            return Batch(start, n, ok, pos_b, res, None, *self._labels(batch, ok))
         pos_b, status = parse_fen_array(batch.column(0))
         res_arr = batch.column(1)
         res = res_arr.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
@@ -272,16 +295,21 @@ class DatasetReader:
                 if score_valid is not None and not score_valid[i]:
                     reasons.append("score_cp is null")
                 bad_rows.append(BadRow(start + int(i), "; ".join(reasons)))
-        sel = slice(None) if all_ok else ok
+        sel = None if all_ok else ok
+        return Batch(start, n, sel, pos_b if all_ok else pos_b[sel],
+                     res if all_ok else res[sel],
+                     (sc if all_ok else sc[sel]) if self.with_score else None,
+                     *self._labels(batch, sel))
 
+    def _labels(self, batch: pa.RecordBatch, ok: np.ndarray | None) -> tuple:
+        """The game and ply columns (None when not read) of the valid rows `ok` (None: all)."""
         def column(name, dtype):
-            return _int_column(batch.column(name), dtype, name, source).fill_null(-1) \
-                .to_numpy()[sel]
+            values = _int_column(batch.column(name), dtype, name, self.source).fill_null(-1) \
+                .to_numpy()
+            return values if ok is None else values[ok]
 
-        return Batch(start, n, None if all_ok else ok, pos_b[sel], res[sel],
-                     sc[sel] if self.with_score else None,
-                     column("game", pa.int64()) if self.with_game else None,
-                     column("ply", pa.int32()) if self.with_ply else None)
+        return (column("game", pa.int64()) if self.with_game else None,
+                column("ply", pa.int32()) if self.with_ply else None)
 
     def _report(self, kept: int) -> None:
         """The bad rows of a complete pass: reported, or DatasetError (strict, none valid)."""
@@ -306,9 +334,17 @@ class DatasetReader:
         # the i-th bad row has bad[i] - i valid rows before it
         return kept + np.searchsorted(bad - np.arange(len(bad)), kept, side="right")
 
-    def positions(self, kept: np.ndarray) -> np.ndarray:
+    def no_positions(self):
+        """No positions, of this file's kind."""
+        return (np.zeros((0, POSITION_WORDS), np.uint64) if self.trace is None
+                else traces.empty_rows())
+
+    def positions(self, kept: np.ndarray):
         """uint64[len(kept), 9]: the positions of valid rows `kept` (sorted indices among the
-        valid rows), read from the file again (only the FEN column; only these rows parsed)."""
+        valid rows), read from the file again (only the FEN column; only these rows parsed).
+        A trace's are `TraceRows`, its batches read again."""
+        if self.trace is not None:
+            return self._trace_rows(np.asarray(kept, np.int64))
         rows = self.file_rows(np.asarray(kept, np.int64))
         out = np.empty((len(rows), POSITION_WORDS), np.uint64)
         done = start = 0
@@ -331,6 +367,17 @@ class DatasetReader:
         if done != len(rows):
             raise DatasetError(f"{self.source}: changed since it was read (fewer rows)")
         return out
+
+    def _trace_rows(self, kept: np.ndarray) -> traces.TraceRows:
+        """The `TraceRows` of valid rows `kept` (sorted), from a pass over the file."""
+        parts, done = [], 0
+        for b in self.batches():
+            stop = done + len(b)
+            lo, hi = np.searchsorted(kept, [done, stop])
+            if hi > lo:
+                parts.append(traces.take_positions(b.positions, kept[lo:hi] - done))
+            done = stop
+        return traces.concat_positions(parts) if parts else traces.empty_rows()
 
 
 def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,

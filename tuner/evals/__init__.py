@@ -7,7 +7,8 @@ recorders are required; the rest has generic defaults that work for any evaluati
 with a worked example, is docs/evaluations.md; docs/tutorial.md writes one outside the package.
 
 `get_evaluation` accepts a registered name (`EVALUATIONS`), a module path (``mypkg.myeval``,
-importable from ``sys.path``) or a file path (``path/to/myeval.py``, relative to `base`).
+importable from ``sys.path``), a file path (``path/to/myeval.py``, relative to `base`) or a
+trace's parameter file (``path/to/mine.json``: the trace evaluation, `tuner.evals.trace`).
 """
 from __future__ import annotations
 
@@ -61,7 +62,10 @@ class Evaluation:
     * ``explain(fen, pos, registry, int_eval) -> str``: the ``tuner eval --breakdown`` text of one
       position (default: `tuner.evals.generic.explain`, every parameter group's contribution
       ``value * d eval / d value`` taken from the tape's gradients);
-    * ``cpp``: the C++ export style, one of `CPP_STYLES` (default: the generic array form).
+    * ``cpp``: the C++ export style, one of `CPP_STYLES` (default: the generic array form);
+    * ``trace``: None for an evaluation of boards (its positions are uint64[N, 9] from FENs);
+      the `tuner.data.trace.TraceLayout` of a trace evaluation (`tuner.evals.trace`), whose
+      positions are the rows of trace datasets (`tuner.data.trace.TraceRows`).
     """
 
     name: str
@@ -72,6 +76,7 @@ class Evaluation:
     evaluate: Callable[..., tuple] | None = None
     explain: Callable[[str, np.ndarray, ParamRegistry, int], str] | None = None
     cpp: str = CPP_ARRAY
+    trace: Any = None
 
     def __post_init__(self):
         if not isinstance(self.registry, ParamRegistry):
@@ -109,6 +114,9 @@ class Evaluation:
         """``(int_eval int64[N], continuous float64[N])`` of positions uint64[N, 9] with the
         values of `registry` (checked against this evaluation's layout)."""
         self.check_params(registry)
+        if self.trace is not None:
+            raise ValueError(f"evaluation {self.name!r} evaluates trace rows, not positions "
+                             f"(a trace has no boards)")
         if self.evaluate is None:
             from .generic import evaluate
             return evaluate(self, positions, registry)
@@ -188,6 +196,12 @@ def get_evaluation(spec: str, base: str | os.PathLike | None = None) -> Evaluati
     was wrong otherwise (no such file or module, no ``EVALUATION`` in it, not an `Evaluation`)."""
     if spec in EVALUATIONS:
         module, where = importlib.import_module(EVALUATIONS[spec]), EVALUATIONS[spec]
+    elif spec.endswith(".json"):
+        from .trace import trace_evaluation
+
+        path = Path(spec).expanduser()
+        return trace_evaluation(path if path.is_absolute() or base is None
+                                else Path(base) / path)
     elif _is_file(spec):
         path = Path(spec).expanduser()
         if not path.is_absolute() and base is not None:

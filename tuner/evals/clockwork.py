@@ -34,7 +34,7 @@ from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, 
                                  pawn_attacks_set, rook_attacks)
 from tuner.chess.bitboard import (CENTRAL_FILES, DARK_SQUARES, LIGHT_SQUARES, chebyshev, east,
                                   file_fill, flip_vertical, lsb, popcount, south_fill, west)
-from tuner.tape import lin_add, lin_record_pair, new_accumulator, record_phase
+from tuner.tape import lin_add, lin_clear, lin_record_pair, new_accumulator, record_phase
 
 from . import CPP_CLOCKWORK, Evaluation
 from .breakdown import explain_cde2ced
@@ -399,6 +399,32 @@ def counts_batch(positions, acc, counts, phases):
 
 
 @njit(**JIT)
+def terms_batch(positions, acc, start, index, count, phases, first) -> int:
+    """The trace of positions `first`.. (docs/trace.md): their non-zero net feature counts in the
+    order `features` first adds each index (the order of the linear-combination record's
+    operands), compressed: position i's are ``index[start[i]:start[i + 1]]`` (and ``count``);
+    ``start[first]`` is where they begin. Returns the position it stopped at: N, or the first
+    one whose terms did not fit into `index`."""
+    q = start[first]
+    for i in range(first, positions.shape[0]):
+        phases[i] = features(positions[i], acc)
+        n = acc.count[0]
+        if q + n > index.shape[0]:
+            lin_clear(acc)
+            return i
+        for k in range(n):
+            j = acc.touched[k]
+            c = acc.coef[j]
+            if c != 0:
+                index[q] = j
+                count[q] = c
+                q += 1
+        lin_clear(acc)
+        start[i + 1] = q
+    return positions.shape[0]
+
+
+@njit(**JIT)
 def totals_batch(positions, acc, params, mg, eg, phases):
     """MG and EG totals (sum of net count * value, in float64) and phases of every position, for
     the parameter values `params` (float64[n_params, 2]). Clears `acc` after each position."""
@@ -502,6 +528,25 @@ def feature_counts(positions):
     phases = np.empty(positions.shape[0], np.int64)
     counts_batch(positions, new_scratch(), counts, phases)
     return counts, phases
+
+
+def feature_trace(positions, terms_per_position: int = 48):
+    """The trace of positions uint64[N, 9] (`terms_batch`): ``(start int64[N + 1], index
+    int32[M], count int32[M], phase int64[N])``."""
+    positions = np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 9)
+    n = positions.shape[0]
+    start = np.zeros(n + 1, np.int64)
+    phases = np.empty(n, np.int64)
+    index = np.empty(max(n, 1) * terms_per_position, np.int32)
+    count = np.empty(len(index), np.int32)
+    acc, done = new_scratch(), 0
+    while True:
+        done = terms_batch(positions, acc, start, index, count, phases, done)
+        if done == n:
+            break
+        index, count = np.resize(index, 2 * len(index)), np.resize(count, 2 * len(count))
+    m = int(start[n])
+    return start, index[:m].copy(), count[:m].copy(), phases
 
 
 def evaluate_fen(fen: str, params=None):

@@ -231,6 +231,10 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     from tuner.terminal import announce_compiling, compile_errors
 
     ev = _evaluation(evaluation)
+    if ev.trace is not None:
+        raise click.ClickException(f"--evaluation: {ev.name} is the evaluation of a trace's "
+                                   f"rows; it has no boards to evaluate FENs with "
+                                   f"(docs/trace.md)")
     reg = ev.registry if params is None else _read_params(params, ev)
     errors = _ErrorReport()
     try:

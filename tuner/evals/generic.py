@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuner.data.trace import position_count
 from tuner.tape import TapeFullError, backward, grow, new_tape, reset, set_params
 
 from .export import round_params
@@ -37,8 +38,9 @@ def _tape(evaluation, pairs, values, n: int):
 
 def continuous(evaluation, positions: np.ndarray, pairs: np.ndarray,
                values: np.ndarray) -> np.ndarray:
-    """float64[N]: the evaluation `record_batch` records for positions uint64[N, 9]."""
-    n = positions.shape[0]
+    """float64[N]: the evaluation `record_batch` records for positions uint64[N, 9] (a trace
+    evaluation's: trace rows)."""
+    n = position_count(positions)
     out = np.empty(n)
     tape = _tape(evaluation, pairs, values, min(n, CHUNK))
     scratch = evaluation.new_scratch()

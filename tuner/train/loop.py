@@ -218,6 +218,9 @@ class Run:
         except ValueError as e:
             raise ConfigError(f"{cfg.path or 'config'}: [evaluation] name: {e}") from None
         self.registry = self.evaluation.registry
+        if self.evaluation.trace is not None and tr["mode"] == "eager":
+            raise ConfigError(f"{cfg.path or 'config'}: [training] mode = \"eager\": the trace "
+                              f"evaluation {self.evaluation.name!r} trains in replay mode")
         try:
             check_patterns(self.registry, cfg["freeze"]["stages"])
         except ValueError as e:

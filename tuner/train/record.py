@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
 from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_sq_err, record_sigmoid_xent
 from tuner.tape.player import Store, StoreBuilder, extract
@@ -93,25 +94,26 @@ class StoreRecorder:
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
         self.lock = threading.Lock()
         self.done = 0                  # positions given to the workers
-        self.pending = (np.zeros((0, 9), np.uint64), np.zeros(0))   # a partial micro-batch
+        self.pending = (None, np.zeros(0))   # a partial micro-batch (positions of any kind)
         self.running: list = []        # the workers' futures of the last batch
 
     def add(self, positions: np.ndarray, targets: np.ndarray) -> None:
-        """Record `positions` (uint64[n, 9]) with their targets (float64[n]), after the ones
-        given before."""
+        """Record `positions` (uint64[n, 9], or a trace's rows) with their targets
+        (float64[n]), after the ones given before."""
         self.wait()
         if len(self.pending[1]):
-            positions = np.concatenate([self.pending[0], positions])
+            positions = concat_positions([self.pending[0], positions])
             targets = np.concatenate([self.pending[1], targets])
         whole = len(targets) // self.micro * self.micro
-        self.pending = (positions[whole:].copy(), targets[whole:].copy())
+        self.pending = (take_positions(positions, np.arange(whole, len(targets))), targets[whole:].copy())
         self._record(positions, targets, whole)
 
     def finish(self) -> Store:
         """The store of every position added (the recorder is spent)."""
         try:
             self.wait()
-            self._record(*self.pending, len(self.pending[1]))
+            if len(self.pending[1]):
+                self._record(*self.pending, len(self.pending[1]))
             self.wait()
             builder, self.builder = self.builder, None  # its arrays are the store's (or freed)
             return builder.finish()
@@ -165,7 +167,8 @@ def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: floa
                  loss: int = F_SIGMOID_SQ_ERR) -> Store:
     """Record every position with its loss (record form `loss`, target `results`) once and
     freeze the recordings into a `Store` (a `StoreRecorder` given them all at once)."""
-    recorder = StoreRecorder(evaluation, k, n_threads, micro, len(positions), progress, loss)
+    recorder = StoreRecorder(evaluation, k, n_threads, micro, position_count(positions), progress,
+                             loss)
     try:
         recorder.add(positions, results)
     except BaseException:

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from tuner.data.loader import DatasetReader
+from tuner.data.trace import concat_positions, position_arrays
 from tuner.tape.player import FreezeError, Store
 from .record import StoreRecorder
 from .split import group_ids
@@ -49,16 +50,18 @@ class DataDigest:
     however it is cut (what a store cache's key is made of)."""
 
     def __init__(self):
-        self.parts = [hashlib.blake2b(digest_size=16) for _ in range(3)]
+        self.parts: list | None = None  # one digest per array (a trace's positions are 5)
 
-    def update(self, positions: np.ndarray, results: np.ndarray,
-               score_cp: np.ndarray | None) -> None:
-        for h, arr in zip(self.parts, (positions, results, score_cp)):
+    def update(self, positions, results: np.ndarray, score_cp: np.ndarray | None) -> None:
+        arrays = position_arrays(positions) + (results, score_cp)
+        if self.parts is None:
+            self.parts = [hashlib.blake2b(digest_size=16) for _ in arrays]
+        for h, arr in zip(self.parts, arrays):
             if arr is not None:
                 h.update(np.ascontiguousarray(arr).data)
 
     def digest(self) -> bytes:
-        return b"".join(h.digest() for h in self.parts)
+        return b"".join(h.digest() for h in self.parts or ())
 
 
 class _Labels:
@@ -118,7 +121,7 @@ def _read(run: Run, readers: list[DatasetReader], recorder: StoreRecorder | None
                     + f"; split by {by}")
 
 
-def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray) -> np.ndarray:
+def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray):
     """The positions of `rows` (sorted indices into the datasets' valid rows, concatenated)."""
     parts, offset = [], 0
     for reader, n in zip(readers, sizes):
@@ -126,7 +129,7 @@ def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray)
         if hi > lo:
             parts.append(reader.positions(rows[lo:hi] - offset))
         offset += n
-    return np.concatenate(parts) if parts else np.zeros((0, 9), np.uint64)
+    return concat_positions(parts) if parts else readers[0].no_positions()
 
 
 @contextmanager
@@ -168,7 +171,8 @@ def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tup
     d, tr = cfg["data"], cfg["training"]
     with ExitStack() as files:
         readers = [files.enter_context(DatasetReader(found, d["policy"], with_game=True,
-                                                     need_scores=cfg["loss"]["score_blend"] > 0))
+                                                     need_scores=cfg["loss"]["score_blend"] > 0,
+                                                     trace=run.evaluation.trace))
                    for found in find_data(cfg)]
         expected = sum(r.n_rows for r in readers)
         labels = _Labels(readers)

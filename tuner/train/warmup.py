@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from tuner.chess.fen import parse_fen_array
+from tuner.data.trace import TraceLayout, TraceRows
 from .record import record_store
 from .workers import Workers
 
@@ -35,9 +36,21 @@ def warm_positions() -> tuple[np.ndarray, np.ndarray]:
     return positions, np.array(WARM_RESULTS)
 
 
+def warm_trace(layout: TraceLayout) -> TraceRows:
+    """Three trace rows of `layout` for a trace evaluation's kernels: one scaled, one merging a
+    repeated index, one without terms."""
+    last = layout.n_params - 1
+    return TraceRows(np.array([1.0, 0.5, 0.0]), np.array([1.0, 0.5, 1.0]),
+                     np.array([0, 1, 4, 4], np.int64), np.array([0, last, 0, last], np.int32),
+                     np.array([1, 2, -1, 1], np.int64))
+
+
 def warm_up(run, positions: np.ndarray, results: np.ndarray) -> None:
-    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()`."""
+    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()` (a
+    trace evaluation's on `warm_trace`)."""
     n = len(positions)
+    if run.evaluation.trace is not None:
+        positions = warm_trace(run.evaluation.trace)
     k = run.k  # known by now (fitted if [loss] k = "fit")
     store = (None if run.cfg["training"]["mode"] == "eager"
              else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO,
