@@ -41,10 +41,10 @@ def trace(tmp_path_factory) -> Path:
     return out
 
 
-def _train(tmp_path, name: str, evaluation: str, data: str, **training) -> Run:
+def _train(tmp_path, name: str, evaluation: str, data: str, k="fit", **training) -> Run:
     raw = {"data": {"train": [data], "validation_fraction": 0.2},
            "evaluation": {"name": evaluation, "init": "default"},
-           "loss": {"k": "fit"}, "optimizer": {"lr": 0.5},
+           "loss": {"k": k}, "optimizer": {"lr": 0.5},
            "training": {"epochs": 3, "batch_size": 512, "micro_batch_size": 100,
                         "threads": 2, **training}}
     cfg = validate(raw, str(tmp_path / "x.toml"))
@@ -213,3 +213,22 @@ def test_eval_command_refuses_a_trace_evaluation(trace):
     assert result.exit_code == 1
     assert "is the evaluation of a trace's rows" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_store_cache_is_keyed_by_the_trace_parameter_file(trace, tmp_path):
+    """Changing the parameter file's phase_max changes every position's phase blend: a store
+    recorded with the old one must not be replayed (the rows are read as phase / phase_max, so
+    the data digest in the key differs; K is fixed, so that only the parameter file does)."""
+    import json
+
+    params = json.loads(trace.with_suffix(".json").read_text())
+    keys = []
+    for phase_max in (24, 12):
+        pfile = tmp_path / f"p{phase_max}" / "tiny-trace.json"
+        pfile.parent.mkdir()
+        pfile.write_text(json.dumps({**params, "phase_max": phase_max}))
+        run = _train(tmp_path, f"run{phase_max}", str(pfile), str(trace), k=0.0025,
+                     store_cache=str(tmp_path / "cache"), epochs=1)
+        keys.append(sorted(p.name for p in (tmp_path / "cache").glob("store-*.npz")))
+    assert len(keys[0]) == 1 and len(keys[1]) == 2, keys  # the second run recorded its own
+    assert run.evaluation.trace.phase_max == 12
