@@ -131,7 +131,7 @@ def test_pull_and_its_start_are_in_the_checkpoint_and_resume_bitwise(tmp_path):
 
 
 def test_folds_partition_the_training_games(tiny):
-    groups = group_ids([len(tiny)], [tiny.game])
+    groups = group_ids([len(tiny)], [tiny.game], block=16)  # tiny has no game column
     outer = split_by_group(groups, 0.1, 1)
     vals = [fold_of(outer, groups, 4, i, 1) for i in range(1, 5)]
     held = np.concatenate([s.val for s in vals])
@@ -164,6 +164,7 @@ CV_TOML = """\
 [data]
 train = ["tiny"]
 validation_fraction = 0.0
+split_block = 64
 
 [evaluation]
 init = "{init}"
@@ -224,8 +225,12 @@ def test_cross_validation_is_deterministic_and_resumes_skipping_finished_folds(t
     assert any("[pull 0, fold 1/3] nothing to train" in line for line in lines)
     assert any("[pull 0, fold 2/3] resumed from" in line and "after epoch 1" in line
                for line in lines)
-    for name in ("best.json", "best.hpp", "final/checkpoint.npz"):
+    for name in ("best.json", "best.hpp", "final/params.json", "pull-2/fold-3/params.json"):
         assert (part / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    for name in ("final", "pull-1/fold-2"):  # the checkpoints too (but for their timings)
+        a, b = (np.load(d / name / CHECKPOINT) for d in (part, tmp_path / "full"))
+        for key in ("theta", "m", "v", "theta0", "history_train_loss", "history_val_loss"):
+            assert a[key].tobytes() == b[key].tobytes(), (name, key)
     assert json.loads((part / "best.json").read_text())["note"]["result"] == "tuned"
 
 

@@ -107,7 +107,8 @@ class _Snapshots(Observer):
 
     def _save(self) -> None:
         buf = io.BytesIO()
-        np.save(buf, np.array(self.thetas, np.float64).reshape(len(self.thetas), -1))
+        np.save(buf, np.array(self.thetas, np.float64).reshape(len(self.thetas),
+                                                                len(self.run.theta)))
         atomic_write(self.run.out / THETAS, buf.getvalue())
 
     def epoch_done(self, stats: dict) -> None:
