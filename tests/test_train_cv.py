@@ -145,6 +145,9 @@ def test_folds_partition_the_training_games(tiny):
     assert np.array_equal(again.val, vals[1].val)
     assert not np.array_equal(fold_of(outer, groups, 4, 2, 7).val, vals[1].val)
     assert fold_of(outer, groups, 4, 0, 1) is outer
+    few = group_ids([len(tiny)], [tiny.game])  # 4 blocks of 1,024 positions
+    with pytest.raises(ValueError, match="4 training game.s. cannot make 5 folds"):
+        fold_of(split_by_group(few, 0.0, 1), few, 5, 1, 1)
 
 
 @pytest.mark.parametrize("raw, message", [

@@ -46,7 +46,7 @@ import numpy as np
 from tuner.fileio import WriteError, atomic_write
 from .config import Config, ConfigError, load_config
 from .heldout import integer_evals
-from .loop import CHECKPOINT, Run, TrainingError, load_data, start_run
+from .loop import CHECKPOINT, Run, TrainingError, find_data, load_data, start_run
 from .progress import Observer
 from .rundir import RUN_META, RunMetaError, read_meta
 from .targets import mse_at
@@ -201,6 +201,7 @@ class CrossValidation:
         if cfg["validation"]["folds"] < 2 or cfg["validation"]["fold"]:
             raise ConfigError(f"{cfg.path}: [validation] folds must be >= 2 (and fold 0) for a "
                               f"cross-validation")
+        find_data(cfg)  # a missing dataset fails before the directory exists
         self.cfg = cfg
         self.threads = threads
         self.observer = observer
@@ -252,8 +253,11 @@ class CrossValidation:
 
     def _run_one(self, task: FoldTask) -> FoldResult:
         self.log(f"cross-validation: {task.label}: {task.out}")
-        return run_fold(task, self.threads, lambda line: self.log_fn(f"[{task.label}] {line}"),
-                        self.observer)
+        return run_fold(task, self.threads, self._prefixed(task.label), self.observer)
+
+    def _prefixed(self, label: str) -> Callable[[str], None]:
+        """A run's log lines, also in the cross-validation's log, prefixed by `label`."""
+        return lambda line: self.log(f"[{label}] {line}")
 
     def run(self) -> dict:
         """The folds, the report, the final run and best.json / best.hpp; returns `RESULT`'s
@@ -269,7 +273,7 @@ class CrossValidation:
                 final = run_fold(FoldTask(chosen.pull, 0, self.out / "final", self.config_path,
                                           self._changes(chosen.pull, 0, chosen.epochs),
                                           chosen.epochs, "final"),
-                                 self.threads, lambda line: self.log_fn(f"[final] {line}"),
+                                 self.threads, self._prefixed("final"),
                                  self.observer)
                 theta, what = final.thetas[-1], "tuned"
             else:

@@ -106,7 +106,10 @@ def split_data(groups: np.ndarray, cfg: Config) -> Split:
     d = cfg["data"]
     split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
     cv = cfg["validation"]  # a cross-validation fold's run: its fold held out (tuner/train/cv.py)
-    split = fold_of(split, groups, cv["folds"], cv["fold"], d["split_seed"])
+    try:
+        split = fold_of(split, groups, cv["folds"], cv["fold"], d["split_seed"])
+    except ValueError as e:
+        raise TrainingError(f"[validation] folds: {e}") from None
     if len(split.train) < 1:
         raise TrainingError("no training positions left after the validation split")
     return split

@@ -107,6 +107,9 @@ def fold_of(split: Split, groups: np.ndarray, folds: int, fold: int, seed: int) 
     games = games[np.random.default_rng([seed, folds]).permutation(len(games))]
     before = np.cumsum(counts[games]) - counts[games]  # positions ahead of each game
     which = before * folds // max(1, int(counts[games].sum())) + 1
+    if len(np.unique(which)) < folds:
+        raise ValueError(f"{len(games):,} training game(s) cannot make {folds} folds that each "
+                         f"hold out a game")
     held = np.zeros(len(counts), bool)
     held[games[which == fold]] = True
     is_val = held[inverse[split.train]]
