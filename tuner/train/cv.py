@@ -287,7 +287,11 @@ class CrossValidation:
             self.host.write_params("best", theta, note=note)
             summary["result"] = what
             atomic_write(self.out / RESULT, json.dumps(summary, indent=1))
-            self.log(f"result ({what}): {self.out / 'best.json'} and .hpp")
+            verdict = "an" if what == "tuned" else "NOT an"
+            kept = "tuned parameters" if what == "tuned" else what
+            self.log(f"result: the {kept} in {self.out / 'best.json'} and .hpp; cross-validated "
+                     f"change {note['cross_validated_change']}, {verdict} improvement larger "
+                     f"than the folds' spread")
             return summary
         finally:
             self.host.lock.release()
