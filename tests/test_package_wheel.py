@@ -138,18 +138,19 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
     log = (work / "run" / "train.log").read_text()
     assert f"data: selfplay-std ({shipped.parent / 'selfplay-std.parquet'}): 274,281 positions" \
         in log, log
-    assert "epoch    1/1" in log and (work / "run" / "params.json").is_file()
+    assert "epoch    1/1" in log and (work / "run" / "best.json").is_file()  # cross-validated
+    assert (work / "run" / "pull-1" / "fold-1" / "params.json").is_file()
 
-    (engine / "configs" / "mine.toml").write_text(
+    (engine / "configs" / "mine.toml").write_text(  # one run: tiny has too few games for folds
         (REPO / "tuner" / "configs" / "default.toml").read_text().replace(
-            '"selfplay-std", "selfplay-dfrc"', '"mine"'))
+            '"selfplay-std", "selfplay-dfrc"', '"mine"').replace("folds = 5", "folds = 0"))
     run([exe, "train", "--config", engine / "configs" / "mine.toml", "--epochs", "1",
          "--out", "mine"], work, env)
     assert (f"data: mine ({engine / 'datasets' / 'mine.parquet'}): 4,000 positions"
             in (work / "mine" / "train.log").read_text())
 
-    r = run([exe, "export", work / "run" / "params.json", "--format", "cpp"], work, env)
-    here = CliRunner().invoke(main, ["export", str(work / "run" / "params.json"), "--format",
+    r = run([exe, "export", work / "run" / "best.json", "--format", "cpp"], work, env)
+    here = CliRunner().invoke(main, ["export", str(work / "run" / "best.json"), "--format",
                                      "cpp"])
     assert here.exit_code == 0 and r.stdout == here.stdout and "PAWN_MAT" in r.stdout
 

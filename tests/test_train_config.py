@@ -140,7 +140,8 @@ def test_help_config_lists_every_key():
 def test_example_configs_are_valid():
     cfg = load_config(find_config("default"))
     assert cfg["data"]["train"] == ["selfplay-std", "selfplay-dfrc"]
-    assert cfg["evaluation"]["init"] == "default" and cfg["training"]["patience"] > 0
+    assert cfg["evaluation"]["init"] == "default" and cfg["validation"]["folds"] >= 2
+    assert 0.0 in cfg["validation"]["pulls"]  # the unpulled fine-tune is one of the choices
 
 
 # -- the same errors through the CLI: exit code 2, one line on stderr, no traceback -------------

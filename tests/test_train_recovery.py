@@ -89,8 +89,8 @@ class Identifiable:
 
 @pytest.fixture(scope="module")
 def sample():
-    """The shipped sample (selfplay-std + selfplay-dfrc) in the default split."""
-    cfg = load_config(find_config("default"))
+    """The shipped sample (selfplay-std + selfplay-dfrc), 5% of its games held out."""
+    cfg = load_config(find_config("default")).with_values({"data": {"validation_fraction": 0.05}})
     return cfg, load_data(cfg, lambda s: None)
 
 
@@ -192,7 +192,7 @@ def test_recovers_known_parameters_from_exact_probabilities(truth, sample, tmp_p
 def test_tuning_from_zero_matches_the_engine_parameters(sample, tmp_path):
     """From zero (the cde2ced C++ tuner's recipe, shortened: AdamW lr 10, lr x 0.91 per epoch
     after the sixth, 20 epochs) the evaluation reaches the validation loss of Clockwork's own
-    parameters on the held-out games of the default split."""
+    parameters on the held-out games of the 5% split."""
     base, data = sample
     raw = {"data": {"train": base["data"]["train"]}, "evaluation": {"init": "zero"},
            "loss": {"k": base["loss"]["k"]}, "optimizer": {"lr": 10.0},

@@ -152,6 +152,8 @@ FIELDS: dict[str, Field] = {
     "m": Field(Kind.FLOAT, _theta, _finite, doc="first moment / momentum"),
     "v": Field(Kind.FLOAT, _theta, _second_moment, doc="AdamW second moment"),
     "k": Field(Kind.FLOAT, (), _k, doc="K of the loss (given or fitted)"),
+    "theta0": Field(Kind.FLOAT, _theta, _params, required=False,
+                    doc="the starting parameters, which [optimizer] pull pulls toward"),
     "best_epoch": Field(Kind.INT, (), _best_epoch,
                         doc="epoch of the best validation loss (0: none)"),
     "best_val": Field(Kind.FLOAT, (), _best_val, doc="the best validation loss (inf: none)"),

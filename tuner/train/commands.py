@@ -38,6 +38,11 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     epoch, atomically), params.json and params.hpp (current parameters), loss.csv and loss.png.
     One process at a time trains in a directory; --resume first brings the outputs up to date
     with the checkpoint. SIGTERM stops like Ctrl-C, keeping the last completed epoch.
+
+    With [validation] folds = N, a cross-validation by game: N runs (per pull tried), each
+    holding out 1/N of the games, choose the epochs and the pull; then one run on every
+    training game, and best.json / best.hpp hold its parameters, or the starting ones when the
+    folds do not show an improvement larger than their spread. --resume continues it.
     """
     from tuner.data import DatasetError
     from tuner.shipped import find_config, shipped_configs
@@ -52,6 +57,15 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     try:
         with sigterm_as_interrupt():
             config_path = None if config_name is None else find_config(config_name)
+            if _cross_validation(config_path, resume):
+                from .cv import CrossValidation
+                cv = CrossValidation(config_path, out, resume, epochs, threads, log=click.echo,
+                                     observer=TerminalObserver())
+                click.echo(f"output: {cv.out}")
+                with compile_errors(cv.host.evaluation.name):
+                    cv.run()
+                click.echo(f"done: the result in {cv.out / 'best.json'} and .hpp")
+                return
             run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
                             observer=TerminalObserver())
             run.log(f"output: {run.out}")
@@ -66,6 +80,15 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
             if run.best_epoch else "")
     click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")
+
+
+def _cross_validation(config_path, resume) -> bool:
+    """Whether `tuner train` is to run (or resume) a cross-validation."""
+    from .config import load_config
+    from .cv import is_cross_validation, is_cross_validation_dir
+    if resume is not None:
+        return is_cross_validation_dir(resume)
+    return config_path is not None and is_cross_validation(load_config(config_path))
 
 
 @click.command("configs")

@@ -95,6 +95,23 @@ def _str_list(x):
     return None if all(isinstance(s, str) for s in x) else "must be a list of strings"
 
 
+#: Most folds of a cross-validation.
+MAX_FOLDS = 100
+
+
+def _folds(x):
+    return None if x == 0 or 2 <= x <= MAX_FOLDS else f"must be 0 or in 2..{MAX_FOLDS}"
+
+
+def _pull_list(x):
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
+        return "must be a list of numbers"
+    bad = [v for v in x if _non_negative(v) or not math.isfinite(v)]
+    if bad:
+        return f"holds {bad[0]!r}: each must be in [0, {MAX_MAGNITUDE:g}]"
+    return None if len(set(x)) == len(x) else "holds a value twice"
+
+
 NUM = (int, float)
 SCHEMA: dict[str, dict[str, Key]] = {
     "data": {
@@ -163,6 +180,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "weight_decay": Key(NUM, 0.0, "Decoupled weight decay (per unit learning rate).",
                             _non_negative),
         "momentum": Key(NUM, 0.9, "SGD momentum.", _fraction),
+        "pull": Key(NUM, 0.0,
+                    "lambda of the pull toward the starting parameters theta0: every batch "
+                    "minimises its mean loss + lambda * ||theta - theta0||^2 (not weight decay, "
+                    "which pulls toward zero). Keeps a fine-tune on a small sample near the "
+                    "parameters it started from; the reported training loss includes the term. "
+                    "0: no pull.", _non_negative),
     },
     "schedule": {
         "type": Key((str,), "constant",
@@ -187,6 +210,23 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "epoch from_epoch + 1; 0 = the first epoch) on, only parameters matching "
                       "train and not exclude move. Without stages, and before the first "
                       "stage, everything moves. Constant parameters never move."),
+    },
+    "validation": {
+        "folds": Key((int,), 0,
+                     "Cross-validation by game (0: none): N >= 2 trains N runs, each holding "
+                     "out 1/N of the training games, chooses the epoch count (and the pull "
+                     "from pulls) with the lowest mean held-out loss over the folds, reports "
+                     "each fold's change against the starting parameters with the mean and "
+                     "spread, then trains on every training game with the choice. When the "
+                     "mean change is not an improvement larger than the spread, best.json / "
+                     "best.hpp hold the starting parameters (with a note) instead.",
+                     _folds),
+        "pulls": Key((list,), [],
+                     "Values of [optimizer] pull the cross-validation tries (each with every "
+                     "fold); empty: [optimizer] pull only.", _pull_list),
+        "fold": Key((int,), 0,
+                    "The fold a run holds out (1..folds; 0: none). The cross-validation sets it "
+                    "in each fold's own run directory; not for hand use.", _epoch),
     },
     "training": {
         "epochs": Key((int,), 10, f"Number of epochs (at most {MAX_EPOCHS:,}).", _epochs),
@@ -275,6 +315,46 @@ class Config:
         return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
 
 
+    def with_values(self, changes: dict) -> "Config":
+        """This configuration with ``changes[section][key]`` set (validated again; the same
+        path, so relative paths keep their meaning)."""
+        values = json.loads(json.dumps(self.values))
+        for section, keys in changes.items():
+            values[section].update(keys)
+        cfg = validate(values, str(self.path or "config"))
+        cfg.path = self.path
+        return cfg
+
+    def to_toml(self) -> str:
+        """The values as a TOML document that `load_config` reads back to the same values."""
+        lines = []
+        for section, keys in self.values.items():
+            tables = {k: v for k, v in keys.items() if isinstance(v, list) and v
+                      and isinstance(v[0], dict)}
+            lines.append(f"[{section}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in keys.items() if k not in tables)
+            for k, items in tables.items():
+                for item in items:
+                    lines.append(f"[[{section}.{k}]]")
+                    lines.extend(f"{ik} = {_toml_value(iv)}" for ik, iv in item.items())
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(v) -> str:
+    """A TOML literal of a configuration value (string, number, boolean or list of them;
+    JSON's string escapes are TOML's, and repr of a finite float is a TOML float)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
 def _fail(where: str, msg: str):
     raise ConfigError(f"{where}: {msg}")
 
@@ -356,6 +436,10 @@ def validate(raw: dict, where: str = "config") -> Config:
     if [s["from_epoch"] for s in stages] != sorted({s["from_epoch"] for s in stages}):
         _fail(f"{where}: [freeze] stages", "from_epoch values must be distinct and increasing")
     values["freeze"]["stages"] = stages
+    cv = values["validation"]
+    if cv["fold"] > cv["folds"]:
+        _fail(f"{where}: [validation] fold", f"must be in 0..folds ({cv['folds']}), got "
+              f"{cv['fold']}")
     if values["training"]["patience"] and values["data"]["validation_fraction"] == 0:
         _fail(f"{where}: [training] patience", "early stopping needs validation positions "
               "([data] validation_fraction > 0)")

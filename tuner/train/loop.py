@@ -50,8 +50,9 @@ from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, w
 from .config import Config, ConfigError, load_config
 from .kernels import adamw_step, sgd_step
 from .progress import Observer
+from .pull import Pull
 from .schedule import check_patterns, learning_rate, trainable_mask
-from .split import Split, group_ids, split_by_group
+from .split import Split, fold_of, group_ids, split_by_group
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, fit_sample, mse_at
 from tuner.tape.player import FreezeError, load_store, save_store, store_len, store_nbytes
 from .record import LOSS, record_store
@@ -130,6 +131,11 @@ def split_data(groups: np.ndarray, cfg: Config) -> Split:
     training position is left."""
     d = cfg["data"]
     split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
+    cv = cfg["validation"]  # a cross-validation fold's run: its fold held out (tuner/train/cv.py)
+    try:
+        split = fold_of(split, groups, cv["folds"], cv["fold"], d["split_seed"])
+    except ValueError as e:
+        raise TrainingError(f"[validation] folds: {e}") from None
     if len(split.train) < 1:
         raise TrainingError("no training positions left after the validation split")
     return split
@@ -226,6 +232,7 @@ class Run:
         except ValueError as e:
             raise ConfigError(f"{cfg.path}: {e}") from None
         self.theta = initial_params(cfg, self.registry)
+        self.theta0 = self.theta.copy()  # where [optimizer] pull pulls toward (tuner/train/pull.py)
         self.k = None if cfg["loss"]["k"] == "fit" else float(cfg["loss"]["k"])  # fitted in run
         self.loss_form = LOSS_FORMS[cfg["loss"]["function"]]
         self.best_epoch = 0  # 0: no epoch validated yet
@@ -264,7 +271,7 @@ class Run:
 
     def save_checkpoint(self) -> None:
         state = dict(theta=self.theta, m=self.m, v=self.v, step=self.step, epoch=self.epoch,
-                     k=self.k, best_theta=self.best_theta, best_epoch=self.best_epoch,
+                     k=self.k, theta0=self.theta0, best_theta=self.best_theta, best_epoch=self.best_epoch,
                      best_val=self.best_val,
                      rng=json.dumps(self.rng.bit_generator.state),
                      digest=self.cfg.digest(), evaluation=self.evaluation.name,
@@ -295,6 +302,8 @@ class Run:
         self.m, self.v = z["m"], z["v"]
         self.step, self.epoch = int(z["step"]), int(z["epoch"])
         self.k = float(z["k"])
+        if "theta0" in z:  # older checkpoints: the config's init, as before
+            self.theta0 = z["theta0"]
         self.best_theta = z["best_theta"]
         self.best_epoch, self.best_val = int(z["best_epoch"]), float(z["best_val"])
         self.history = {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS}
@@ -346,6 +355,7 @@ class Run:
         e = self.epoch
         lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
         mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
+        pull = Pull(self.cfg["optimizer"]["pull"], self.theta0)
         order = data.train[self.rng.permutation(len(data.train))]
         bs = tr["batch_size"]
         n_batches = math.ceil(len(order) / bs)
@@ -357,6 +367,8 @@ class Run:
             for b in range(n_batches):
                 batch = order[b * bs:(b + 1) * bs]
                 sse, grad = workers.loss_grad(self.theta, data.positions, targets, batch, k)
+                sse += len(batch) * pull.value(self.theta)  # the batch's objective, summed
+                pull.add_gradient(grad, self.theta)
                 if not (math.isfinite(sse) and np.isfinite(grad).all()):
                     self.diverged(f"epoch {e + 1}, batch {b + 1}: the loss or its gradient is not "
                                   f"finite (loss {sse / len(batch)!r})")
@@ -684,10 +696,11 @@ class Run:
 
 def start_run(config_path: str | None, out: str | None, resume: str | None,
               epochs: int | None, threads: int | None, log=lambda line: None,
-              observer: Observer | None = None) -> Run:
+              observer: Observer | None = None, changes: dict | None = None) -> Run:
     """Prepare a new run (`config_path`, `out`) or a resumed one (`resume`), holding the lock of
     its directory. Without `epochs`, a resumed run trains to the epochs it was started (or last
-    resumed) with."""
+    resumed) with. A new run's `changes` (``{section: {key: value}}``) are made to the
+    configuration, and its config.toml holds the result (a cross-validation's fold runs)."""
     if resume is not None:
         out_dir = Path(resume)
         try:
@@ -716,6 +729,8 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
     if config_path is None:
         raise ConfigError("--config is required (or --resume DIR)")
     cfg = load_config(config_path)
+    if changes:
+        cfg = cfg.with_values(changes)
     out_dir = Path(out) if out else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     # everything the config names is checked before anything is created
     run = Run(cfg, out_dir, threads=threads, epochs=epochs, log=log, observer=observer)
@@ -736,7 +751,8 @@ def start_run(config_path: str | None, out: str | None, resume: str | None,
                                 f"continue it, or choose another --out")
         run.discard_on_failure = True
         remove_stale_temps(out_dir)
-        atomic_write(out_dir / "config.toml", Path(config_path).read_bytes())
+        atomic_write(out_dir / "config.toml", cfg.to_toml().encode() if changes
+                     else Path(config_path).read_bytes())
         atomic_write(out_dir / RUN_META, json.dumps({"config": str(cfg.path),
                                                      "epochs": run.epochs}))
         atomic_write(out_dir / "train.log", "")

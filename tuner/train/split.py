@@ -89,3 +89,29 @@ def _numbered(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return groups, counts
     _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     return inverse, counts
+
+
+def fold_of(split: Split, groups: np.ndarray, folds: int, fold: int, seed: int) -> Split:
+    """Cross-validation fold `fold` (1..`folds`) of the training side of `split`: its training
+    games cut into `folds` folds of about equal positions (games drawn in a seeded random order,
+    each fold a run of consecutive games of that order), fold `fold` held out and the others
+    trained on. The games `split` holds out are on neither side. `fold` 0 is `split` itself."""
+    if fold == 0:
+        return split
+    if not 1 <= fold <= folds:
+        raise ValueError(f"fold {fold} is not one of 1..{folds}")
+    inverse, counts = _numbered(groups)
+    in_train = np.zeros(len(counts), bool)
+    in_train[inverse[split.train]] = True
+    games = np.flatnonzero(in_train)
+    games = games[np.random.default_rng([seed, folds]).permutation(len(games))]
+    before = np.cumsum(counts[games]) - counts[games]  # positions ahead of each game
+    which = before * folds // max(1, int(counts[games].sum())) + 1
+    if len(np.unique(which)) < folds:
+        raise ValueError(f"{len(games):,} training game(s) cannot make {folds} folds that each "
+                         f"hold out a game")
+    held = np.zeros(len(counts), bool)
+    held[games[which == fold]] = True
+    is_val = held[inverse[split.train]]
+    n_held = int((which == fold).sum())
+    return Split(split.train[~is_val], split.train[is_val], len(games) - n_held, n_held)
