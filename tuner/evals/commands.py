@@ -175,6 +175,8 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
 
     from tuner.data.errors import clip
 
+    from . import EvaluationIndexError
+
     ev = _evaluation(evaluation)
     reg = ev.registry if params is None else _read_params(params, ev)
     out = []
@@ -183,13 +185,16 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
         positions, ok, errors = _parse_all(items)
         for _, label, reason in errors:
             click.echo(f"{label}: {clip(reason)}", err=True)
-        ie = ev.evaluate_positions(positions, reg)[0] if ok else []
-        for k, i in enumerate(ok):
-            fen = items[i][1]
-            if breakdown:
-                out.append(ev.breakdown(fen, positions[k], reg, int(ie[k])))
-                out.append("")
-            out.append(f"{fen};{int(ie[k])}")
+        try:
+            ie = ev.evaluate_positions(positions, reg)[0] if ok else []
+            for k, i in enumerate(ok):
+                fen = items[i][1]
+                if breakdown:
+                    out.append(ev.breakdown(fen, positions[k], reg, int(ie[k])))
+                    out.append("")
+                out.append(f"{fen};{int(ie[k])}")
+        except EvaluationIndexError as e:  # a bug in the evaluation: nothing is printed
+            raise click.ClickException(str(e)) from None
     if out:
         click.echo("\n".join(out))
     if errors:

@@ -4,6 +4,10 @@ An evaluation is mostly a linear combination of parameter pairs with small integ
 of one record per term, terms are added here (duplicates merged) and the accumulator becomes a
 single linear-combination record, with zero coefficients dropped, when the phase blend or a
 non-linear op needs the sum.
+
+An index outside the accumulator is not added: it is kept (the first one) in ``count`` and passed
+on to the tape's index error word by the next `lin_record_pair`, which also checks that every
+index it records is a pair parameter of the tape (see `tuner.tape.recording`, "Index checks").
 """
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .recording import C_OPERANDS, Tape, ensure_room
-from .ops import operand_mark, record_lincomb_pair
+from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
+                        ensure_room, note_index_error)
+from .ops import F_LINCOMB_PAIR, operand_mark, record_lincomb_pair, tag
 
 JIT = dict(cache=True, nogil=True)
 
@@ -24,18 +29,31 @@ class LinearAccumulator(NamedTuple):
     coef: np.ndarray     # int64[n_params]
     seen: np.ndarray     # uint8[n_params]: 1 if the index is in `touched`
     touched: np.ndarray  # int32[n_params]: touched indices, first-touch order
-    count: np.ndarray    # int64[1]: how many of `touched` are in use
+    count: np.ndarray    # int64[A_SIZE]: how many of `touched` are in use; a bad index given
+
+
+# Fields of LinearAccumulator.count.
+A_IN_USE = 0         # how many of `touched` are in use
+A_BAD = 1            # 1 if an index outside the accumulator was given since the last record
+A_BAD_INDEX = 2      # the first such index
+A_SIZE = 3
 
 
 def new_accumulator(n_params: int) -> LinearAccumulator:
     """An empty accumulator over `n_params` parameter pairs."""
     return LinearAccumulator(np.zeros(n_params, np.int64), np.zeros(n_params, np.uint8),
-                             np.zeros(n_params, np.int32), np.zeros(1, np.int64))
+                             np.zeros(n_params, np.int32), np.zeros(A_SIZE, np.int64))
 
 
 @njit(**JIT)
 def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
-    """coef[index] += coef (merged with earlier terms of the same index)."""
+    """coef[index] += coef (merged with earlier terms of the same index). An index outside the
+    accumulator is not added but kept for the next `lin_record_pair` to report."""
+    if not 0 <= index < acc.coef.shape[0]:
+        if acc.count[A_BAD] == 0:
+            acc.count[A_BAD] = 1
+            acc.count[A_BAD_INDEX] = index
+        return
     if acc.seen[index] == 0:
         acc.seen[index] = 1
         acc.touched[acc.count[0]] = index
@@ -45,7 +63,7 @@ def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
 
 @njit(**JIT)
 def lin_clear(acc: LinearAccumulator) -> None:
-    """Drop every term."""
+    """Drop every term (a bad index given is kept for `lin_record_pair` to report)."""
     for i in range(acc.count[0]):
         j = acc.touched[i]
         acc.coef[j] = 0
@@ -57,15 +75,26 @@ def lin_clear(acc: LinearAccumulator) -> None:
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 
-    If the tape is full, TapeFullError is raised before anything changes (tape and accumulator),
-    so the caller can grow the tape and call again.
+    A bad index `lin_add` was given, or an index that is not one of the tape's pair parameters,
+    is noted in the tape's index error word (for this record). If the tape is full,
+    TapeFullError is raised before anything changes (tape and accumulator), so the caller can
+    grow the tape and call again.
     """
     coef, seen, touched, m = acc.coef, acc.seen, acc.touched, acc.count[0]
+    n_params = t.rec.counts[C_PAIR_PARAMS]
+    if acc.count[A_BAD]:
+        note_index_error(t, E_PARAM_INDEX, acc.count[A_BAD_INDEX], n_params, OPERAND_LIST,
+                         tag(F_LINCOMB_PAIR))
     n = 0
     for i in range(m):
-        if coef[touched[i]] != 0:
+        j = touched[i]
+        if coef[j] != 0:
             n += 1
+            if j >= n_params:
+                note_index_error(t, E_PARAM_INDEX, j, n_params, OPERAND_LIST,
+                                 tag(F_LINCOMB_PAIR))
     ensure_room(t, 1, 0, 1, n)
+    acc.count[A_BAD] = 0
     first = operand_mark(t)
     idx, cf = t.rec.opnd_index, t.rec.opnd_coef
     q = first
