@@ -604,33 +604,49 @@ def _lincomb_value_bwd(vg, idx, coef, o, first, n, coef_bits):
 # player: a recording is frozen, then played.
 # ------------------------------------------------------------------------------------------------
 
-@njit(**INLINE)
-def _checked_slot(t: Tape, kind: int, x: int, operand: int, tg: int) -> int:
-    """Slot `x` if it is a slot of `kind` in use (any if `kind` is S_NONE: the field is unused);
-    otherwise 0, the violation noted in the tape's error word."""
+# The checks are calls of their own taking only the counts (and the operand list): written
+# inline in the recorders, or passed the Tape, their branches keep Numba from pruning the
+# reference counting of the Tape's arrays, which costs every record far more than the check.
+
+@njit(**JIT)
+def _checked_slot(c, kind: int, x: int, operand: int, tg: int) -> int:
+    """Slot `x` if it is a slot of `kind` in use by the recording of counts `c` (any if `kind`
+    is S_NONE: the field is unused); otherwise 0, the violation noted in the error word."""
     if kind == S_NONE:
         return x
-    top = t.rec.counts[C_PAIRS] if kind == S_PAIR else t.rec.counts[C_VALUES]
+    top = c[C_PAIRS] if kind == S_PAIR else c[C_VALUES]
     if 0 <= x < top:
         return x
-    note_index_error(t, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, x, top, operand, tg)
+    note_index_error(c, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, x, top, operand, tg)
     return 0
 
 
-@njit(**INLINE)
-def _checked_list(t: Tape, kind: int, first: int, n: int, tg: int):
-    """``(first, n)`` of an n-ary record's operand list, every operand checked like
-    `_checked_slot` (a bad one replaced by slot 0 in the list); a list that does not start within
-    the operands pushed is noted and made empty."""
-    rec = t.rec
-    if not 0 <= first <= rec.counts[C_OPERANDS]:
-        note_index_error(t, E_OPERAND_LIST, first, rec.counts[C_OPERANDS] + 1, OPERAND_LIST, tg)
-        return rec.counts[C_OPERANDS], 0
-    top = rec.counts[C_PAIRS] if kind == S_PAIR else rec.counts[C_VALUES]
-    idx = rec.opnd_index
+@njit(**JIT)
+def _list_ok(c, idx, kind: int, first: int, n: int) -> bool:
+    """Whether ``idx[first:first + n]`` is a list of slots of `kind` in use, starting within the
+    operands pushed (one branch-free pass: small enough for LLVM to inline)."""
+    if not 0 <= first <= c[C_OPERANDS]:
+        return False
+    top = np.uint32(c[C_PAIRS] if kind == S_PAIR else c[C_VALUES])
+    bad = False
+    for i in range(first, first + n):
+        bad |= np.uint32(idx[i]) >= top  # a negative slot wraps to a huge one
+    return not bad
+
+
+@njit(**JIT)
+def _checked_list(c, idx, kind: int, first: int, n: int, tg: int):
+    """``(first, n)`` of an n-ary record's operand list ``idx[first:first + n]`` that is not
+    `_list_ok`: a list that does not start within the operands pushed is noted and made empty,
+    otherwise the first operand that is not a slot of `kind` in use is noted and every such
+    operand replaced by slot 0."""
+    if not 0 <= first <= c[C_OPERANDS]:
+        note_index_error(c, E_OPERAND_LIST, first, c[C_OPERANDS] + 1, OPERAND_LIST, tg)
+        return c[C_OPERANDS], 0
+    top = c[C_PAIRS] if kind == S_PAIR else c[C_VALUES]
     for i in range(first, first + n):
         if not 0 <= idx[i] < top:
-            note_index_error(t, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, idx[i], top,
+            note_index_error(c, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, idx[i], top,
                              OPERAND_LIST + i - first, tg)
             idx[i] = 0
     return first, n
@@ -638,16 +654,15 @@ def _checked_list(t: Tape, kind: int, first: int, n: int, tg: int):
 
 @njit(**INLINE)
 def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float):
-    """Check the operands (see `tuner.tape.recording`: an out-of-range one becomes slot 0 and is
-    noted), append the record and allocate its output slot; ``(output, lhs, rhs)``, the
+    """Check the operand slots (see `tuner.tape.recording`: an out-of-range one becomes slot 0
+    and is noted), append the record and allocate its output slot; ``(output, lhs, rhs)``, the
     operands as recorded. No record is appended on overflow."""
     rec = t.rec
+    c = rec.counts
     tg = tag(form, k)
-    if FORM_NARY[form] != S_NONE:
-        lhs, rhs = _checked_list(t, FORM_NARY[form], lhs, rhs, tg)
-    else:
-        lhs = _checked_slot(t, FORM_LHS[form], lhs, OPERAND_LHS, tg)
-        rhs = _checked_slot(t, FORM_RHS[form], rhs, OPERAND_RHS, tg)
+    if FORM_NARY[form] == S_NONE:  # (an n-ary recorder checks its list itself)
+        lhs = _checked_slot(c, FORM_LHS[form], lhs, OPERAND_LHS, tg)
+        rhs = _checked_slot(c, FORM_RHS[form], rhs, OPERAND_RHS, tg)
     r = rec.counts[C_RECORDS]
     if r >= rec.op.shape[0]:
         raise TapeFullError("tape record capacity is full; grow the tape or record fewer positions")
@@ -951,7 +966,8 @@ def record_phase(t: Tape, p: int, alpha: float) -> int:
     return o
 
 
-# N-ary ops: push operands, then record over the operands pushed since `first`.
+# N-ary ops: push operands, then record over the operands pushed since `first`. Each checks its
+# list with `_checked_list` itself: a helper taking the Tape would cost the reference counting.
 @njit(**INLINE)
 def operand_mark(t: Tape) -> int:
     """Where the next operand goes: pass it as `first` to an n-ary recorder."""
@@ -974,6 +990,8 @@ def push_operand(t: Tape, index: int, coef: float) -> None:
 def record_sum(t: Tape, first: int) -> int:
     """Compensated (Neumaier) sum of the values pushed since `first` (coefficients ignored)."""
     n = t.rec.counts[C_OPERANDS] - first
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_SUM))
     o, first, n = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
     _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n, 0)
     return o
@@ -983,6 +1001,8 @@ def record_sum(t: Tape, first: int) -> int:
 def record_lincomb_pair(t: Tape, first: int) -> int:
     """sum_i c_i * pair_i over the (pair, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n, tag(F_LINCOMB_PAIR))
     o, first, n = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
     _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o
@@ -992,6 +1012,8 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
 def record_lincomb_value(t: Tape, first: int) -> int:
     """sum_i c_i * value_i over the (value, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_LINCOMB_VALUE))
     o, first, n = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
     _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o

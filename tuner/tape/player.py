@@ -23,9 +23,10 @@ together, each operand is one u16 word instead (``slot << coef_bits | coefficien
 for every position of a template (K, say) moves into the template.
 
 **Validation, once.** Freezing refuses (`FreezeError`, naming the position, record and tag) a
-recording whose index error word is set (`tuner.tape.recording`), an unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
-same position (a constant leaf, another position's temporary, a slot out of range) and counts
-that do not fit. The sweeps' dispatch raises on an unknown tag rather than running a last branch.
+recording whose index error word is set (`tuner.tape.recording`), an unknown tag, an operand
+that is neither a parameter nor the output of an earlier record of the same position (a
+constant leaf, another position's temporary, a slot out of range) and counts that do not fit.
+The sweeps' dispatch raises on an unknown tag rather than running a last branch.
 
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager

@@ -155,12 +155,14 @@ def reset(tape: Tape) -> None:
     c[C_ERROR] = E_NONE
 
 
-@njit(**JIT, inline="always")
-def note_index_error(tape: Tape, code: int, index: int, limit: int, operand: int,
+@njit(**JIT)
+def note_index_error(c: np.ndarray, code: int, index: int, limit: int, operand: int,
                      tag: int) -> None:
-    """Note an out-of-range index in the error word, unless one is noted already (the first
-    violation is the one reported). The record it concerns is the next one appended."""
-    c = tape.rec.counts
+    """Note an out-of-range index in the error word of a recording's counts `c`, unless one is
+    noted already (the first violation is the one reported). The record it concerns is the next
+    one appended. (A call of its own, taking the counts rather than the Tape: a check written
+    inline, or passing the Tape, keeps Numba from pruning the reference counting of the
+    recorder's arrays, which would cost every record far more than the check.)"""
     if c[C_ERROR] == E_NONE:
         c[C_ERROR] = code
         c[C_ERROR_INDEX] = index
