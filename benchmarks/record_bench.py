@@ -5,8 +5,8 @@ is recorded with its loss chain by `tuner.train.record.record_positions`, what e
 every epoch and a replay run once, in micro-batches of `--micro` positions on one tape (reset
 between micro-batches; freezing is not timed). Prints the median of several runs in positions
 per second, from wall time and from process CPU time (the stable figure on a shared machine).
-Runs against whichever `tuner` is first on ``sys.path`` (PYTHONPATH), so two versions can be
-compared one after the other in the same session.
+Runs against the `tuner` of the tree the script is in (as eval_bench does), so two versions (two
+checkouts) can be compared one after the other in the same session.
 
     .venv/bin/python benchmarks/record_bench.py [--data PATH] [--runs 7] [--limit N] [-e NAME ...]
 """

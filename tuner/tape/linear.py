@@ -18,7 +18,8 @@ from numba import njit
 
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
                         ensure_room, note_index_error)
-from .ops import F_LINCOMB_PAIR, operand_mark, record_lincomb_pair, tag
+from .ops import (F_LINCOMB_PAIR, operand_mark, append_checked_lincomb_pair,
+                  record_lincomb_pair, tag)
 
 JIT = dict(cache=True, nogil=True)
 
@@ -76,6 +77,19 @@ def lin_clear(acc: LinearAccumulator) -> None:
 
 
 @njit(**JIT)
+def _note_lin_errors(counts: np.ndarray, acc_count: np.ndarray, worst: int, n_params: int):
+    """Pass a bad `lin_add` index on to the error word of the recording of `counts`, else an
+    accumulated index `worst` that is not a pair parameter (out of line: see `lin_add`)."""
+    if acc_count[A_BAD]:
+        note_index_error(counts, E_PARAM_INDEX, acc_count[A_BAD_INDEX], n_params, OPERAND_LIST,
+                         tag(F_LINCOMB_PAIR))
+        acc_count[A_BAD] = 0
+    elif worst >= n_params:
+        note_index_error(counts, E_PARAM_INDEX, worst, n_params, OPERAND_LIST,
+                         tag(F_LINCOMB_PAIR))
+
+
+@njit(**JIT)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 
@@ -86,19 +100,17 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """
     coef, seen, touched, m = acc.coef, acc.seen, acc.touched, acc.count[0]
     n_params = t.rec.counts[C_PAIR_PARAMS]
-    if acc.count[A_BAD]:
-        note_index_error(t.rec.counts, E_PARAM_INDEX, acc.count[A_BAD_INDEX], n_params, OPERAND_LIST,
-                         tag(F_LINCOMB_PAIR))
     n = 0
+    worst = -1  # the largest index recorded: branch-free, one check after the loop
     for i in range(m):
         j = touched[i]
-        if coef[j] != 0:
-            n += 1
-            if j >= n_params:
-                note_index_error(t.rec.counts, E_PARAM_INDEX, j, n_params, OPERAND_LIST,
-                                 tag(F_LINCOMB_PAIR))
+        nz = coef[j] != 0
+        n += nz
+        worst = max(worst, j if nz else -1)
     ensure_room(t, 1, 0, 1, n)
-    acc.count[A_BAD] = 0
+    checked = worst < n_params and acc.count[A_BAD] == 0
+    if not checked:
+        _note_lin_errors(t.rec.counts, acc.count, worst, n_params)
     first = operand_mark(t)
     idx, cf = t.rec.opnd_index, t.rec.opnd_coef
     q = first
@@ -113,4 +125,6 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
         seen[j] = 0
     acc.count[0] = 0
     t.rec.counts[C_OPERANDS] = q
+    if checked:
+        return append_checked_lincomb_pair(t, first, q - first)
     return record_lincomb_pair(t, first)

@@ -1003,6 +1003,13 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
     n = t.rec.counts[C_OPERANDS] - first
     if not _list_ok(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n):
         first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n, tag(F_LINCOMB_PAIR))
+    return append_checked_lincomb_pair(t, first, n)
+
+
+@njit(**JIT)
+def append_checked_lincomb_pair(t: Tape, first: int, n: int) -> int:
+    """`record_lincomb_pair` of the `n` operands from `first`, already known to be pair slots in
+    use (what `tuner.tape.linear.lin_record_pair` writes: parameters it checked)."""
     o, first, n = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
     _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o
