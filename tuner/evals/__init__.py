@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from tuner.tape import new_accumulator
+from tuner.tape.ops import E_OPERAND_LIST, index_error
+from tuner.tape.player import position_ranges
 
 from .registry import ParamRegistry
 
@@ -43,6 +45,12 @@ CPP_ARRAY = "array"
 CPP_STYLES = (CPP_CLOCKWORK, CPP_ARRAY)
 #: Prefix of the module names under which evaluation files are imported.
 FILE_MODULE_PREFIX = "tuner_evaluation_file_"
+
+
+class EvaluationIndexError(ValueError):
+    """An evaluation handed a recorder an index out of range (a `lin_add` parameter index, an
+    op's operand slot); the message names the evaluation, the position (FEN), the index and the
+    parameter it falls past."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,28 @@ class Evaluation:
                                  f"group {_describe(a)}, found {_describe(b)}")
         raise ValueError(f"not the parameters of evaluation {self.name!r}: expected "
                          f"{len(mine)} parameter groups, found {len(theirs)}")
+
+    def check_recording(self, tape, positions: np.ndarray, rows: np.ndarray,
+                        outputs: np.ndarray) -> None:
+        """Raise EvaluationIndexError if recording ``positions[rows]`` on `tape` handed a
+        recorder an index out of range (the tape's index error word, `tuner.tape.recording`).
+        ``outputs`` (int64[n], or int64[S, n] for S segments) are the value slots that end each
+        position's records, which tell whose records the bad one is among."""
+        bad = index_error(tape.rec)
+        if bad is None:
+            return
+        from tuner.chess.fen import to_fen
+
+        outputs = np.ascontiguousarray(outputs, dtype=np.int64).reshape(-1, len(rows))
+        ranges = np.zeros(outputs.shape + (2,), np.int64)
+        position_ranges(tape.rec, outputs, ranges)
+        hit = np.flatnonzero((ranges[..., 0] <= bad.record) & (bad.record < ranges[..., 1]))
+        where = ("position " + repr(to_fen(positions[rows[hit[0] % len(rows)]])) if len(hit)
+                 else f"one of the {len(rows)} positions recorded")
+        text = f"evaluation {self.name!r}, {where}: {bad.describe()}"
+        if bad.code != E_OPERAND_LIST:
+            text += f"; index {bad.index} is {self.registry.describe_index(bad.index, bad.kind)}"
+        raise EvaluationIndexError(text)
 
     def evaluate_positions(self, positions: np.ndarray, registry: ParamRegistry):
         """``(int_eval int64[N], continuous float64[N])`` of positions uint64[N, 9] with the

@@ -230,6 +230,8 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
 
+    from . import EvaluationIndexError
+
     ev = _evaluation(evaluation)
     if ev.trace is not None:
         raise click.ClickException(f"--evaluation: {ev.name} is the evaluation of a trace's "
@@ -242,6 +244,8 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
                 compile_errors(ev.name):
             for items in _input_blocks(fens, file):
                 _eval_block(ev, reg, items, breakdown, errors)
+    except EvaluationIndexError as e:  # a bug in the evaluation: this block is not printed
+        raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(str(e)) from None
     finally:

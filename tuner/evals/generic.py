@@ -54,6 +54,7 @@ def continuous(evaluation, positions: np.ndarray, pairs: np.ndarray,
         except TapeFullError:  # grown, with a fresh scratch (the failed one may hold terms)
             tape, scratch = grow(tape), evaluation.new_scratch()
             continue
+        evaluation.check_recording(tape, positions, rows, slots[: rows.size])
         out[rows] = tape.arena.val[slots[: rows.size]]
         lo += rows.size
     return out
@@ -87,6 +88,7 @@ def explain(evaluation, fen: str, pos: np.ndarray, registry: ParamRegistry, int_
             break
         except TapeFullError:
             tape, scratch = grow(tape), evaluation.new_scratch()
+    evaluation.check_recording(tape, pos.reshape(1, 9), rows, slot)
     out = int(slot[0])
     cont = float(tape.arena.val[out])
     backward(tape, out)

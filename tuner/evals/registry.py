@@ -230,6 +230,24 @@ class ParamRegistry:
         n = self.n_params if kind == PAIR else self.n_values
         raise IndexError(f"flat {kind} index {flat} out of range 0..{n - 1}")
 
+    def describe_index(self, flat: int, kind: str = PAIR) -> str:
+        """Where flat index `flat` of kind `kind` falls, for error messages: the entry's name
+        (``PST_KNIGHT[12]``) or, out of range, how far past the last entry (or before the first)
+        it is, naming that entry and its group."""
+        groups = [g for g in (self.pair_groups if kind == PAIR else self.value_groups) if g.size]
+        n = self.n_params if kind == PAIR else self.n_values
+        if not groups:
+            return f"the evaluation has no {kind} parameters"
+        if 0 <= flat < n:
+            g = self.group_of(flat, kind)
+            return g.entry_name(flat - g.offset)
+        if flat < 0:
+            first = groups[0]
+            return f"before the first {kind} parameter, {first.entry_name(0)} (index 0)"
+        last = groups[-1]
+        return (f"{flat - n + 1} past the last {kind} parameter, "
+                f"{last.entry_name(last.size - 1)} (index {n - 1})")
+
     def entry_names(self) -> list:
         """One readable name per flat pair entry, e.g. ``KNIGHT_MOBILITY[3]``."""
         return [g.entry_name(i) for g in self.pair_groups for i in range(g.size)]

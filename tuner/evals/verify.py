@@ -274,6 +274,7 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
     from tuner.compiling import watch_compilation
     from tuner.terminal import announce_compiling, compile_errors
 
+    from . import EvaluationIndexError
     from .commands import _evaluation, _input_blocks, _parse_all, _read_params
 
     try:
@@ -287,7 +288,10 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
         positions, ok, errors = _parse_all(items)
         for _, label, reason in errors:
             click.echo(f"{label}: {clip(reason)}", err=True)
-        tuner_evals = ev.evaluate_positions(positions, reg)[0] if ok else []
+        try:
+            tuner_evals = ev.evaluate_positions(positions, reg)[0] if ok else []
+        except EvaluationIndexError as e:  # a bug in the evaluation
+            raise click.ClickException(str(e)) from None
     if not ok:
         raise click.ClickException("no valid position to verify")
 

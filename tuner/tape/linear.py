@@ -4,6 +4,10 @@ An evaluation is mostly a linear combination of parameter pairs with small integ
 of one record per term, terms are added here (duplicates merged) and the accumulator becomes a
 single linear-combination record, with zero coefficients dropped, when the phase blend or a
 non-linear op needs the sum.
+
+An index outside the accumulator is not added: it is kept (the first one) in ``count`` and passed
+on to the tape's index error word by the next `lin_record_pair`, which also checks that every
+index it records is a pair parameter of the tape (see `tuner.tape.recording`, "Index checks").
 """
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .recording import C_OPERANDS, Tape, ensure_room
-from .ops import operand_mark, record_lincomb_pair
+from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
+                        ensure_room, note_index_error)
+from .ops import (F_LINCOMB_PAIR, operand_mark, append_checked_lincomb_pair,
+                  record_lincomb_pair, tag)
 
 JIT = dict(cache=True, nogil=True)
 
@@ -24,28 +30,45 @@ class LinearAccumulator(NamedTuple):
     coef: np.ndarray     # int64[n_params]
     seen: np.ndarray     # uint8[n_params]: 1 if the index is in `touched`
     touched: np.ndarray  # int32[n_params]: touched indices, first-touch order
-    count: np.ndarray    # int64[1]: how many of `touched` are in use
+    count: np.ndarray    # int64[A_SIZE]: how many of `touched` are in use; a bad index given
+
+
+# Fields of LinearAccumulator.count.
+A_IN_USE = 0         # how many of `touched` are in use
+A_BAD = 1            # 1 if an index outside the accumulator was given since the last record
+A_BAD_INDEX = 2      # the first such index
+A_SIZE = 3
 
 
 def new_accumulator(n_params: int) -> LinearAccumulator:
     """An empty accumulator over `n_params` parameter pairs."""
     return LinearAccumulator(np.zeros(n_params, np.int64), np.zeros(n_params, np.uint8),
-                             np.zeros(n_params, np.int32), np.zeros(1, np.int64))
+                             np.zeros(n_params, np.int32), np.zeros(A_SIZE, np.int64))
 
 
 @njit(**JIT)
 def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
-    """coef[index] += coef (merged with earlier terms of the same index)."""
-    if acc.seen[index] == 0:
-        acc.seen[index] = 1
-        acc.touched[acc.count[0]] = index
-        acc.count[0] += 1
-    acc.coef[index] += coef
+    """coef[index] += coef (merged with earlier terms of the same index). An index outside the
+    accumulator is not added (a zero is added to index 0 instead) but kept for the next
+    `lin_record_pair` to report. (Branch-free selects rather than an early return or a call:
+    either keeps Numba from pruning the reference counting of the accumulator's arrays, which
+    costs some 20 ns a call.)"""
+    count = acc.count
+    ok = 0 <= index < acc.coef.shape[0]
+    j = index if ok else 0
+    if acc.seen[j] == 0:
+        acc.seen[j] = 1
+        acc.touched[count[A_IN_USE]] = j
+        count[A_IN_USE] += 1
+    acc.coef[j] += coef if ok else 0
+    first_bad = (not ok) and count[A_BAD] == 0
+    count[A_BAD_INDEX] = index if first_bad else count[A_BAD_INDEX]
+    count[A_BAD] = 1 if first_bad else count[A_BAD]
 
 
 @njit(**JIT)
 def lin_clear(acc: LinearAccumulator) -> None:
-    """Drop every term."""
+    """Drop every term (a bad index given is kept for `lin_record_pair` to report)."""
     for i in range(acc.count[0]):
         j = acc.touched[i]
         acc.coef[j] = 0
@@ -54,18 +77,40 @@ def lin_clear(acc: LinearAccumulator) -> None:
 
 
 @njit(**JIT)
+def _note_lin_errors(counts: np.ndarray, acc_count: np.ndarray, worst: int, n_params: int):
+    """Pass a bad `lin_add` index on to the error word of the recording of `counts`, else an
+    accumulated index `worst` that is not a pair parameter (out of line: see `lin_add`)."""
+    if acc_count[A_BAD]:
+        note_index_error(counts, E_PARAM_INDEX, acc_count[A_BAD_INDEX], n_params, OPERAND_LIST,
+                         tag(F_LINCOMB_PAIR))
+        acc_count[A_BAD] = 0
+    elif worst >= n_params:
+        note_index_error(counts, E_PARAM_INDEX, worst, n_params, OPERAND_LIST,
+                         tag(F_LINCOMB_PAIR))
+
+
+@njit(**JIT)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 
-    If the tape is full, TapeFullError is raised before anything changes (tape and accumulator),
-    so the caller can grow the tape and call again.
+    A bad index `lin_add` was given, or an index that is not one of the tape's pair parameters,
+    is noted in the tape's index error word (for this record). If the tape is full,
+    TapeFullError is raised before anything changes (tape and accumulator), so the caller can
+    grow the tape and call again.
     """
     coef, seen, touched, m = acc.coef, acc.seen, acc.touched, acc.count[0]
+    n_params = t.rec.counts[C_PAIR_PARAMS]
     n = 0
+    worst = -1  # the largest index recorded: branch-free, one check after the loop
     for i in range(m):
-        if coef[touched[i]] != 0:
-            n += 1
+        j = touched[i]
+        nz = coef[j] != 0
+        n += nz
+        worst = max(worst, j if nz else -1)
     ensure_room(t, 1, 0, 1, n)
+    checked = worst < n_params and acc.count[A_BAD] == 0
+    if not checked:
+        _note_lin_errors(t.rec.counts, acc.count, worst, n_params)
     first = operand_mark(t)
     idx, cf = t.rec.opnd_index, t.rec.opnd_coef
     q = first
@@ -80,4 +125,6 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
         seen[j] = 0
     acc.count[0] = 0
     t.rec.counts[C_OPERANDS] = q
+    if checked:
+        return append_checked_lincomb_pair(t, first, q - first)
     return record_lincomb_pair(t, first)

@@ -65,7 +65,9 @@ exact when the parameters move.
 An n-ary record stores its operand offset in ``lhs`` and the operand count in ``rhs``.
 
 Recording (`record_*`) appends a record to a `Tape` and runs its form's forward function on the
-tape's arena: the same function the sweeps run. The sweeps live in `tuner.tape.player`: a
+tape's arena: the same function the sweeps run. Every operand slot is checked first against the
+slots in use; a bad one is noted in the tape's error word and replaced by slot 0, never read
+(`tuner.tape.recording`, "Index checks"; `index_error` reads the word). The sweeps live in `tuner.tape.player`: a
 recording is frozen (validated, temporaries rebased) and played, so the dispatch by form is
 written once per direction, in the player's loop bodies (a dispatch function called per record
 would cost more than the arithmetic: Numba updates the reference counts of its array arguments
@@ -74,10 +76,16 @@ directly.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from .recording import C_OPERANDS, C_RECORDS, Tape, TapeFullError, alloc_pair, alloc_value
+from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
+                        C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
+                        E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT, OPERAND_LHS,
+                        OPERAND_LIST, OPERAND_RHS, Recording, Tape, TapeFullError, alloc_pair,
+                        alloc_value, note_index_error)
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 INLINE = dict(JIT, inline="always")  # record-side helpers taking the Tape; scalar-only kernels
@@ -163,6 +171,52 @@ def tag_name(t: int) -> str:
         raise ValueError(f"unknown record tag {t} (form {t >> KERNEL_BITS}, kernel {t & 15})")
     form, k = t >> KERNEL_BITS, t & 15
     return FORM_NAMES[form] + (":" + KERNEL_NAMES[k] if FORM_TABLE[form][6] != KS_NONE else "")
+
+
+class IndexViolation(NamedTuple):
+    """The first out-of-range index of a recording (its error word, `tuner.tape.recording`)."""
+
+    code: int       # E_PARAM_INDEX, E_VALUE_SLOT, E_PAIR_SLOT or E_OPERAND_LIST
+    index: int      # the index given
+    limit: int      # the valid ones are 0 .. limit - 1
+    record: int     # the record it concerns
+    operand: int    # OPERAND_LHS, OPERAND_RHS or OPERAND_LIST + i
+    tag: int        # that record's tag
+
+    @property
+    def kind(self) -> str:
+        """"pair" or "value": the kind of parameter or slot the index is of."""
+        return "value" if self.code == E_VALUE_SLOT else "pair"
+
+    def describe(self) -> str:
+        """What was wrong, in the tape's terms (slots, records, ops), without the position."""
+        op = f"record {self.record} (op {tag_name(self.tag)})"
+        if self.code == E_PARAM_INDEX:
+            return (f"lin_add index {self.index} is not a pair parameter (0..{self.limit - 1}), "
+                    f"{op}")
+        if self.code == E_OPERAND_LIST:
+            return (f"{op} starts its operand list at {self.index}, but only "
+                    f"{self.limit - 1} operands are pushed (take the start from operand_mark)")
+        form = self.tag >> KERNEL_BITS
+        if self.operand >= OPERAND_LIST:
+            which = f"operand {self.operand - OPERAND_LIST} of its list"
+        elif FORM_LHS[form] == FORM_RHS[form]:
+            which = "its first operand" if self.operand == OPERAND_LHS else "its second operand"
+        else:
+            which = f"its {self.kind} operand"
+        used = (f"only {self.kind} slots 0..{self.limit - 1} are in use (parameters, then "
+                f"the outputs of earlier records)" if self.limit else
+                f"no {self.kind} slot is in use")
+        return f"{op} reads {self.kind} slot {self.index} as {which}, but {used}"
+
+
+def index_error(rec: Recording) -> IndexViolation | None:
+    """The first out-of-range index a recorder of `rec` was handed, or None."""
+    c = rec.counts
+    if c[C_ERROR] == E_NONE:
+        return None
+    return IndexViolation(*(int(c[f]) for f in (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT,
+                                                 C_ERROR_RECORD, C_ERROR_OPERAND, C_ERROR_TAG)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -550,35 +604,89 @@ def _lincomb_value_bwd(vg, idx, coef, o, first, n, coef_bits):
 # player: a recording is frozen, then played.
 # ------------------------------------------------------------------------------------------------
 
+# The checks are calls of their own taking only the counts (and the operand list): written
+# inline in the recorders, or passed the Tape, their branches keep Numba from pruning the
+# reference counting of the Tape's arrays, which costs every record far more than the check.
+
+@njit(**JIT)
+def _checked_slot(c, kind: int, x: int, operand: int, tg: int) -> int:
+    """Slot `x` if it is a slot of `kind` in use by the recording of counts `c` (any if `kind`
+    is S_NONE: the field is unused); otherwise 0, the violation noted in the error word."""
+    if kind == S_NONE:
+        return x
+    top = c[C_PAIRS] if kind == S_PAIR else c[C_VALUES]
+    if 0 <= x < top:
+        return x
+    note_index_error(c, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, x, top, operand, tg)
+    return 0
+
+
+@njit(**JIT)
+def _list_ok(c, idx, kind: int, first: int, n: int) -> bool:
+    """Whether ``idx[first:first + n]`` is a list of slots of `kind` in use, starting within the
+    operands pushed (one branch-free pass: small enough for LLVM to inline)."""
+    if not 0 <= first <= c[C_OPERANDS]:
+        return False
+    top = np.uint32(c[C_PAIRS] if kind == S_PAIR else c[C_VALUES])
+    bad = False
+    for i in range(first, first + n):
+        bad |= np.uint32(idx[i]) >= top  # a negative slot wraps to a huge one
+    return not bad
+
+
+@njit(**JIT)
+def _checked_list(c, idx, kind: int, first: int, n: int, tg: int):
+    """``(first, n)`` of an n-ary record's operand list ``idx[first:first + n]`` that is not
+    `_list_ok`: a list that does not start within the operands pushed is noted and made empty,
+    otherwise the first operand that is not a slot of `kind` in use is noted and every such
+    operand replaced by slot 0."""
+    if not 0 <= first <= c[C_OPERANDS]:
+        note_index_error(c, E_OPERAND_LIST, first, c[C_OPERANDS] + 1, OPERAND_LIST, tg)
+        return c[C_OPERANDS], 0
+    top = c[C_PAIRS] if kind == S_PAIR else c[C_VALUES]
+    for i in range(first, first + n):
+        if not 0 <= idx[i] < top:
+            note_index_error(c, E_PAIR_SLOT if kind == S_PAIR else E_VALUE_SLOT, idx[i], top,
+                             OPERAND_LIST + i - first, tg)
+            idx[i] = 0
+    return first, n
+
+
 @njit(**INLINE)
-def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float) -> int:
-    """Append a record and allocate its output slot; the output index. Nothing changes on
-    overflow."""
+def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float):
+    """Check the operand slots (see `tuner.tape.recording`: an out-of-range one becomes slot 0
+    and is noted), append the record and allocate its output slot; ``(output, lhs, rhs)``, the
+    operands as recorded. No record is appended on overflow."""
     rec = t.rec
+    c = rec.counts
+    tg = tag(form, k)
+    if FORM_NARY[form] == S_NONE:  # (an n-ary recorder checks its list itself)
+        lhs = _checked_slot(c, FORM_LHS[form], lhs, OPERAND_LHS, tg)
+        rhs = _checked_slot(c, FORM_RHS[form], rhs, OPERAND_RHS, tg)
     r = rec.counts[C_RECORDS]
     if r >= rec.op.shape[0]:
         raise TapeFullError("tape record capacity is full; grow the tape or record fewer positions")
     o = alloc_pair(t) if FORM_OUT[form] == S_PAIR else alloc_value(t)
-    rec.op[r] = tag(form, k)
+    rec.op[r] = tg
     rec.out[r] = o
     rec.lhs[r] = lhs
     rec.rhs[r] = rhs
     rec.scalar[r, 0] = s0
     rec.scalar[r, 1] = s1
     rec.counts[C_RECORDS] = r + 1
-    return o
+    return o, lhs, rhs
 
 
 @njit(**INLINE)
 def _vv(t: Tape, k: int, a: int, b: int) -> int:
-    o = _append(t, F_VV, k, a, b, 0.0, 0.0)
+    o, a, b = _append(t, F_VV, k, a, b, 0.0, 0.0)
     _vv_fwd(t.arena.val, o, a, b, k)
     return o
 
 
 @njit(**INLINE)
 def _vs(t: Tape, form: int, k: int, a: int, s: float) -> int:
-    o = _append(t, form, k, a, 0, s, 0.0)
+    o, a, _ = _append(t, form, k, a, 0, s, 0.0)
     if form == F_SV:
         _sv_fwd(t.arena.val, o, a, s, k)
     else:
@@ -588,14 +696,14 @@ def _vs(t: Tape, form: int, k: int, a: int, s: float) -> int:
 
 @njit(**INLINE)
 def _pp(t: Tape, k: int, p: int, q: int) -> int:
-    o = _append(t, F_PP, k, p, q, 0.0, 0.0)
+    o, p, q = _append(t, F_PP, k, p, q, 0.0, 0.0)
     _pp_fwd(t.arena.pair_val, o, p, q, k)
     return o
 
 
 @njit(**INLINE)
 def _ps(t: Tape, form: int, k: int, p: int, s: float) -> int:
-    o = _append(t, form, k, p, 0, s, 0.0)
+    o, p, _ = _append(t, form, k, p, 0, s, 0.0)
     if form == F_SP:
         _sp_fwd(t.arena.pair_val, o, p, s, k)
     else:
@@ -605,7 +713,7 @@ def _ps(t: Tape, form: int, k: int, p: int, s: float) -> int:
 
 @njit(**INLINE)
 def _pv(t: Tape, form: int, k: int, p: int, v: int) -> int:
-    o = _append(t, form, k, p, v, 0.0, 0.0)
+    o, p, v = _append(t, form, k, p, v, 0.0, 0.0)
     if form == F_VP:
         _vp_fwd(t.arena.val, t.arena.pair_val, o, p, v, k)
     else:
@@ -616,7 +724,7 @@ def _pv(t: Tape, form: int, k: int, p: int, v: int) -> int:
 @njit(**JIT)
 def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
     """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
-    o = _append(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
+    o, a, _ = _append(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
     _sigmoid_sq_err_fwd(t.arena.val, o, a, k, target)
     return o
 
@@ -625,7 +733,7 @@ def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
 def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
     """-(target log p + (1 - target) log(1 - p)), p = sigmoid(k * value a): the cross-entropy
     of an evaluation against a target in [0, 1]"""
-    o = _append(t, F_SIGMOID_XENT, 0, a, 0, k, target)
+    o, a, _ = _append(t, F_SIGMOID_XENT, 0, a, 0, k, target)
     _sigmoid_xent_fwd(t.arena.val, o, a, k, target)
     return o
 
@@ -634,7 +742,7 @@ def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
 @njit(**JIT)
 def record_const(t: Tape, x: float) -> int:
     """A constant value x"""
-    o = _append(t, F_CONST, 0, 0, 0, x, 0.0)
+    o, _, _ = _append(t, F_CONST, 0, 0, 0, x, 0.0)
     _const_fwd(t.arena.val, o, x)
     return o
 
@@ -642,7 +750,7 @@ def record_const(t: Tape, x: float) -> int:
 @njit(**JIT)
 def record_const_pair(t: Tape, mg: float, eg: float) -> int:
     """A constant pair (mg, eg)"""
-    o = _append(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
+    o, _, _ = _append(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
     _const_pair_fwd(t.arena.pair_val, o, mg, eg)
     return o
 
@@ -820,7 +928,7 @@ def record_value_div_pair(t: Tape, v: int, p: int) -> int:
 @njit(**JIT)
 def record_eg_scale(t: Tape, p: int, s: float) -> int:
     """(mg, eg * s): endgame scaling"""
-    o = _append(t, F_EG_SCALE, 0, p, 0, s, 0.0)
+    o, p, _ = _append(t, F_EG_SCALE, 0, p, 0, s, 0.0)
     _eg_scale_fwd(t.arena.pair_val, o, p, s)
     return o
 
@@ -828,7 +936,7 @@ def record_eg_scale(t: Tape, p: int, s: float) -> int:
 @njit(**JIT)
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
-    o = _append(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
+    o, p, v = _append(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
     _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, False)
     return o
 
@@ -837,7 +945,7 @@ def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
 def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
     0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
-    o = _append(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
+    o, p, v = _append(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
     _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, True)
     return o
 
@@ -845,7 +953,7 @@ def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
 @njit(**JIT)
 def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> int:
     """(mg, eg * s_pos) if eg > 0 else (mg, eg * s_nonpos): endgame scaling by the strong side"""
-    o = _append(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
+    o, p, _ = _append(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
     _eg_scale_by_sign_fwd(t.arena.pair_val, o, p, s_pos, s_nonpos)
     return o
 
@@ -853,12 +961,13 @@ def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> i
 @njit(**JIT)
 def record_phase(t: Tape, p: int, alpha: float) -> int:
     """value alpha * mg + (1 - alpha) * eg"""
-    o = _append(t, F_PHASE, 0, p, 0, alpha, 0.0)
+    o, p, _ = _append(t, F_PHASE, 0, p, 0, alpha, 0.0)
     _phase_fwd(t.arena.val, t.arena.pair_val, o, p, alpha)
     return o
 
 
-# N-ary ops: push operands, then record over the operands pushed since `first`.
+# N-ary ops: push operands, then record over the operands pushed since `first`. Each checks its
+# list with `_checked_list` itself: a helper taking the Tape would cost the reference counting.
 @njit(**INLINE)
 def operand_mark(t: Tape) -> int:
     """Where the next operand goes: pass it as `first` to an n-ary recorder."""
@@ -881,7 +990,9 @@ def push_operand(t: Tape, index: int, coef: float) -> None:
 def record_sum(t: Tape, first: int) -> int:
     """Compensated (Neumaier) sum of the values pushed since `first` (coefficients ignored)."""
     n = t.rec.counts[C_OPERANDS] - first
-    o = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_SUM))
+    o, first, n = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
     _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n, 0)
     return o
 
@@ -890,7 +1001,16 @@ def record_sum(t: Tape, first: int) -> int:
 def record_lincomb_pair(t: Tape, first: int) -> int:
     """sum_i c_i * pair_i over the (pair, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
-    o = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_PAIR, first, n, tag(F_LINCOMB_PAIR))
+    return append_checked_lincomb_pair(t, first, n)
+
+
+@njit(**JIT)
+def append_checked_lincomb_pair(t: Tape, first: int, n: int) -> int:
+    """`record_lincomb_pair` of the `n` operands from `first`, already known to be pair slots in
+    use (what `tuner.tape.linear.lin_record_pair` writes: parameters it checked)."""
+    o, first, n = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
     _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o
 
@@ -899,6 +1019,8 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
 def record_lincomb_value(t: Tape, first: int) -> int:
     """sum_i c_i * value_i over the (value, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
-    o = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
+    if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
+        first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_LINCOMB_VALUE))
+    o, first, n = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
     _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
     return o

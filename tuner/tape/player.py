@@ -22,13 +22,14 @@ together, each operand is one u16 word instead (``slot << coef_bits | coefficien
 - 1)``, see `tuner.tape.ops.operand`): 2 bytes an operand rather than 3. A scalar that is the same
 for every position of a template (K, say) moves into the template.
 
-**Validation, once.** Freezing refuses (`FreezeError`, naming the position, record and tag) an
-unknown tag, an operand that is neither a parameter nor the output of an earlier record of the
-same position (a constant leaf, another position's temporary, a slot out of range) and counts
-that do not fit. The sweeps' dispatch raises on an unknown tag rather than running a last branch.
-A store read back from disk (`load_store`) has not been through freezing: `validate_store` checks
-that it is one freezing could have made (every field: dtypes, shapes, template records against
-the form table, offsets, counts, operand slots, finite scalars) before any player sees it.
+**Validation, once.** Freezing refuses (`FreezeError`, naming the position, record and tag) a
+recording whose index error word is set (`tuner.tape.recording`), an unknown tag, an operand
+that is neither a parameter nor the output of an earlier record of the same position (a
+constant leaf, another position's temporary, a slot out of range) and counts that do not fit.
+The sweeps' dispatch raises on an unknown tag rather than running a last branch. A store read
+back from disk (`load_store`) has not been through freezing: `validate_store` checks that it is
+one freezing could have made (every field: dtypes, shapes, template records against the form
+table, offsets, counts, operand slots, finite scalars) before any player sees it.
 
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager
@@ -58,7 +59,7 @@ from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_
                   _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sigmoid_xent_bwd,
                   _sigmoid_xent_fwd, _sp_bwd,
                   _sp_fwd, _sum_bwd, _sum_fwd, _sv_bwd, _sv_fwd, _vp_bwd, _vp_fwd, _vs_bwd,
-                  _vs_fwd, _vv_bwd, _vv_fwd, tag_name)
+                  _vs_fwd, _vv_bwd, _vv_fwd, index_error, tag_name)
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
                         Recording)
 
@@ -328,6 +329,9 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
 def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> Chunk:
     """Validate and copy out every position of a recording (see the module docstring); errors
     number the positions from `base`. `ranges` (see `position_ranges`) is found if not given."""
+    bad = index_error(rec)
+    if bad is not None:
+        raise FreezeError(f"an index out of range was recorded: {bad.describe()}")
     outputs = np.ascontiguousarray(outputs, dtype=np.int64)
     n_seg, n = outputs.shape
     missing = -1

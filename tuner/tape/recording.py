@@ -8,7 +8,8 @@ A `Recording` is plain data in typed arrays, so `@njit` code receives it as one 
 * an n-ary record keeps its operands in ``opnd_index`` / ``opnd_coef`` from offset ``lhs``,
   ``rhs`` of them;
 * ``counts``: fill levels (the ``C_*`` constants), including how many value and pair slots the
-  records use and how many of those lead as parameters.
+  records use and how many of those lead as parameters, and the *index error word*: the first
+  out-of-range index a recorder was handed (``C_ERROR`` and after, see below).
 
 It holds no values: those live in an `Arena` (`tuner.tape.arena`). A `Tape` is a recorder, a
 recording and the arena its records are forward-evaluated in as they are appended; every
@@ -16,6 +17,16 @@ recording and the arena its records are forward-evaluated in as they are appende
 is reused for every micro-batch without allocating. Capacities are fixed when the tape is made;
 recording past one raises `TapeFullError` (never silent corruption), and `grow` returns a larger
 copy outside the hot loop.
+
+**Index checks.** Every index handed to a recorder is checked where it is used: a ``lin_add``
+parameter index against the accumulator (`tuner.tape.linear`), every operand slot of every
+``record_*`` (lhs, rhs and each operand of an n-ary list) against the value or pair slots in use
+(``0 <= slot <`` the top). A violation never reads or writes outside the arrays: the recorder
+uses slot 0 instead and notes the first violation in the error word (which check, the index, the
+bound it broke, the record, the operand and the record's tag), and recording goes on, so the hot
+loops never raise for it. Whoever finishes a recording reads the word (`index_error`) and turns
+it into one error naming the position (`tuner.evals.Evaluation.check_recording`); freezing
+refuses a recording whose word is set. `reset` clears it.
 """
 from __future__ import annotations
 
@@ -33,7 +44,23 @@ C_RECORDS = 2        # records in use
 C_OPERANDS = 3       # n-ary operand slots in use
 C_VALUE_PARAMS = 4   # leading value slots that are parameters
 C_PAIR_PARAMS = 5    # leading pair slots that are parameters
-N_COUNTS = 6
+C_ERROR = 6          # the first index violation: one of the E_* codes (E_NONE: none)
+C_ERROR_INDEX = 7    # the index that was out of range
+C_ERROR_LIMIT = 8    # the bound it broke: valid indices are 0 .. limit - 1
+C_ERROR_RECORD = 9   # the record it concerns (the one being appended)
+C_ERROR_OPERAND = 10  # which operand: OPERAND_LHS, OPERAND_RHS, or OPERAND_LIST + i (list item i)
+C_ERROR_TAG = 11     # the tag of that record
+N_COUNTS = 12
+
+# Index violations (C_ERROR).
+E_NONE = 0
+E_PARAM_INDEX = 1    # a lin_add index outside the accumulator, or an accumulated index that is
+                     # not a pair parameter
+E_VALUE_SLOT = 2     # an operand that is not a value slot in use
+E_PAIR_SLOT = 3      # an operand that is not a pair slot in use
+E_OPERAND_LIST = 4   # an n-ary record's first operand outside the operands pushed
+# Which operand (C_ERROR_OPERAND).
+OPERAND_LHS, OPERAND_RHS, OPERAND_LIST = 0, 1, 2
 
 JIT = dict(cache=True, nogil=True)
 
@@ -125,6 +152,24 @@ def reset(tape: Tape) -> None:
     c[C_PAIRS] = c[C_PAIR_PARAMS]
     c[C_RECORDS] = 0
     c[C_OPERANDS] = 0
+    c[C_ERROR] = E_NONE
+
+
+@njit(**JIT)
+def note_index_error(c: np.ndarray, code: int, index: int, limit: int, operand: int,
+                     tag: int) -> None:
+    """Note an out-of-range index in the error word of a recording's counts `c`, unless one is
+    noted already (the first violation is the one reported). The record it concerns is the next
+    one appended. (A call of its own, taking the counts rather than the Tape: a check written
+    inline, or passing the Tape, keeps Numba from pruning the reference counting of the
+    recorder's arrays, which would cost every record far more than the check.)"""
+    if c[C_ERROR] == E_NONE:
+        c[C_ERROR] = code
+        c[C_ERROR_INDEX] = index
+        c[C_ERROR_LIMIT] = limit
+        c[C_ERROR_RECORD] = c[C_RECORDS]
+        c[C_ERROR_OPERAND] = operand
+        c[C_ERROR_TAG] = tag
 
 
 @njit(**JIT)

@@ -45,6 +45,7 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     folds do not show an improvement larger than their spread. --resume continues it.
     """
     from tuner.data import DatasetError
+    from tuner.evals import EvaluationIndexError
     from tuner.shipped import find_config, shipped_configs
     from .config import ConfigError, describe
     from .loop import TrainingError, start_run
@@ -71,7 +72,8 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
             run.log(f"output: {run.out}")
             with compile_errors(run.evaluation.name):
                 run.run()
-    except (ConfigError, DatasetError, TrainingError, OSError) as e:  # OSError: disk full ...
+    except (ConfigError, DatasetError, EvaluationIndexError, TrainingError,
+            OSError) as e:  # OSError: disk full ...
         _fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
         click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume "

@@ -53,16 +53,19 @@ def record_positions(evaluation, tape, scratch, positions, results, rows, k, los
     """Record ``positions[rows]`` with their losses on `tape` (from empty); ``slots`` int64[2, n].
 
     Returns ``(tape, scratch)``: a full tape is grown (and the scratch, which a failed recording
-    may have left with terms in it, made anew) and the micro-batch recorded again.
+    may have left with terms in it, made anew) and the micro-batch recorded again. An index out
+    of range handed to a recorder raises `tuner.evals.EvaluationIndexError` naming the position.
     """
     while True:
         reset(tape)
         try:
             evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
             record_losses(tape, slots, results, rows, k, loss)
-            return tape, scratch
+            break
         except TapeFullError:
             tape, scratch = grow(tape), evaluation.new_scratch()
+    evaluation.check_recording(tape, positions, rows, slots)
+    return tape, scratch
 
 
 class StoreRecorder:
