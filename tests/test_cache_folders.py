@@ -30,15 +30,16 @@ import time
 from importlib._bootstrap_external import _code_to_timestamp_pyc
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import tuner
 from tuner import cachedir
 from tuner.tape import specialise as sp
+from tuner.evals import get_evaluation
 from tuner.tape.player import Store
 from tuner.train.config import validate
 from tuner.train.loop import Run
+from tuner.train.record import record_store
 
 from test_tape_specialise import store_and_point  # noqa: F401 (a fixture)
 
@@ -286,33 +287,39 @@ def _store_run(tmp_path: Path, cache: Path, **training) -> tuple[Run, list[str]]
     return Run(validate(raw, str(tmp_path / "x.toml")), out, log=lines.append), lines
 
 
-def _tiny_store(seed: int) -> Store:
-    rng = np.random.default_rng(seed)
-    return Store(**{f: rng.integers(0, 100, 3) for f in Store._fields})
+#: Positions of the small stores below (real ones: a loaded store must pass `validate_store`).
+STORE_N = 20
 
 
-def test_store_cache_temporaries_of_killed_writes_are_removed(tmp_path):
+def _tiny_store(tiny, seed: int) -> Store:
+    """A `material` store of `STORE_N` positions of `tiny` (different ones for each seed)."""
+    rows = slice(seed * STORE_N, (seed + 1) * STORE_N)
+    return record_store(get_evaluation("material"), tiny.positions[rows], tiny.results[rows],
+                        0.0025, n_threads=1, micro=10)
+
+
+def test_store_cache_temporaries_of_killed_writes_are_removed(tmp_path, tiny):
     cache = tmp_path / "cache"
     run, _ = _store_run(tmp_path, cache)
-    run.keep_store(_tiny_store(0), "a")
+    run.keep_store(_tiny_store(tiny, 0), "a")
     left = cache / ".store-a.npz.k1ll3d.tmp"  # what a write killed before its rename leaves
     left.write_bytes(b"half a store")
     other = cache / ".notes.txt.k1ll3d.tmp"   # not a store's: not ours to remove
     other.write_bytes(b"")
-    assert run.cached_store("a") is not None
+    assert run.cached_store("a", STORE_N) is not None
     assert not left.exists() and other.exists()
 
 
-def test_store_cache_keeps_the_newest_stores(tmp_path):
+def test_store_cache_keeps_the_newest_stores(tmp_path, tiny):
     cache = tmp_path / "cache"
     run, log = _store_run(tmp_path, cache, store_cache_keep=2)
     now = time.time()
     for i, key in enumerate("abc"):
-        run.keep_store(_tiny_store(i), key)
+        run.keep_store(_tiny_store(tiny, i), key)
         os.utime(cache / f"store-{key}.npz", (now - 100 + i,) * 2)
     assert sorted(p.name for p in cache.iterdir()) == ["store-b.npz", "store-c.npz"]
-    assert run.cached_store("b") is not None    # loaded: now the newest
-    run.keep_store(_tiny_store(3), "d")
+    assert run.cached_store("b", STORE_N) is not None    # loaded: now the newest
+    run.keep_store(_tiny_store(tiny, 3), "d")
     assert sorted(p.name for p in cache.iterdir()) == ["store-b.npz", "store-d.npz"]
     assert f"replay: removed the older store {cache / 'store-c.npz'}" in log
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
@@ -320,12 +327,12 @@ def test_store_cache_keeps_the_newest_stores(tmp_path):
 
 
 @needs_root
-def test_a_store_cache_of_another_user_is_not_used(tmp_path):
+def test_a_store_cache_of_another_user_is_not_used(tmp_path, tiny):
     cache = tmp_path / "cache"
     run, log = _store_run(tmp_path, cache)
-    run.keep_store(_tiny_store(0), "a")
-    assert run.cached_store("a") is not None
+    run.keep_store(_tiny_store(tiny, 0), "a")
+    assert run.cached_store("a", STORE_N) is not None
     os.chown(cache, OTHER_UID, OTHER_UID)
-    assert run.cached_store("a") is None
+    assert run.cached_store("a", STORE_N) is None
     assert log[-1] == (f"replay: store cache {cache}: owned by uid {OTHER_UID}, not by this "
                        f"user (uid 0); not used as a cache; recording")

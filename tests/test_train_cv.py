@@ -250,8 +250,9 @@ def test_no_improvement_beyond_the_spread_keeps_the_starting_parameters(tmp_path
     best = json.loads((out / "best.json").read_text())
     run = Run(load_config(cfg), tmp_path / "x")
     assert best["note"]["result"] == "starting parameters" and "noise" in best["note"]["why"]
-    assert (out / "best.json").read_text() == run.registry.dumps(
-        run.params, value_values=run.values, note=best["note"])
+    assert (out / "best.json").read_text() == run.registry.with_meta(
+        evaluation=run.evaluation.name, K=run.k).dumps(run.params, value_values=run.values,
+                                                        note=best["note"])
     assert not (out / "final").exists()
     # each fold is an ordinary run directory holding out its fold
     fold = load_config(out / "pull-2" / "fold-3" / "config.toml")

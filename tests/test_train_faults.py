@@ -132,12 +132,12 @@ KILL_BEFORE_RENAME = """
 name, nth = sys.argv[1], int(sys.argv[2])
 real = fileio.finish_temp
 seen = []
-def dying(tmp, path):
+def dying(tmp, path, *mode):
     if os.path.basename(path) == name:
         seen.append(1)
         if len(seen) == nth:
             os.kill(os.getpid(), signal.SIGKILL)
-    return real(tmp, path)
+    return real(tmp, path, *mode)
 fileio.finish_temp = dying
 main(sys.argv[3:])
 """
@@ -333,11 +333,11 @@ def _inject(monkeypatch, err: int, after: int = 0):
     real = fileio.finish_temp
     calls = []
 
-    def failing(tmp, path):
+    def failing(tmp, path, *mode):
         calls.append(path)
         if len(calls) > after:
             raise OSError(err, os.strerror(err))
-        return real(tmp, path)
+        return real(tmp, path, *mode)
 
     monkeypatch.setattr(fileio, "finish_temp", failing)
     return calls
