@@ -212,14 +212,29 @@ def _read_params(path: str, evaluation):
     return reg
 
 
+def position_options(file_help: str):
+    """The arguments of a command that evaluates positions (`eval`, `verify`): FEN arguments,
+    ``--file`` (`file_help`), ``--evaluation`` and ``--params``."""
+    options = [
+        click.argument("fens", nargs=-1),
+        click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True),
+                     help=file_help),
+        click.option("--evaluation", "-e", "evaluation", default="clockwork", show_default=True,
+                     help="Which evaluation: a registered name, a module path or a .py file."),
+        click.option("--params", "-p", "params", type=click.Path(exists=True, dir_okay=False),
+                     help="Parameter JSON (registry schema); default: the evaluation's own "
+                          "parameters."),
+    ]
+
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return apply
+
+
 @click.command("eval", help=EVAL_HELP)
-@click.argument("fens", nargs=-1)
-@click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Read positions from F (`FEN` or `FEN;anything` a line; '-' for stdin).")
-@click.option("--evaluation", "-e", "evaluation", default="clockwork", show_default=True,
-              help="Which evaluation: a registered name, a module path or a .py file.")
-@click.option("--params", "-p", "params", type=click.Path(exists=True, dir_okay=False),
-              help="Parameter JSON (registry schema); default: the evaluation's own parameters.")
+@position_options("Read positions from F (`FEN` or `FEN;anything` a line; '-' for stdin).")
 @click.option("--breakdown", is_flag=True,
               help="Print every term's (mg, eg) contribution, the continuous and the integer "
                    "eval (meant for one position; printed for each one given).")

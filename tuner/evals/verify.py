@@ -25,6 +25,8 @@ import click
 
 from tuner.data.errors import clip
 
+from .commands import position_options
+
 #: Clockwork's answer to ``eval``: the static evaluation from the side to move's point of view.
 DEFAULT_COMMAND = "eval"
 DEFAULT_REPLY = r"^Evaluation \(stm\): (?P<eval>[+-]?\d+)\s*$"
@@ -244,15 +246,9 @@ engine exits or does not answer within --timeout seconds (said in one line). See
 
 
 @click.command("verify", help=VERIFY_HELP)
-@click.argument("fens", nargs=-1)
 @click.option("--engine", "engine_cmd", required=True,
               help="The engine's command line (split like a shell does; not run by a shell).")
-@click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Read positions from F (as `tuner eval --file`; '-' for stdin).")
-@click.option("--evaluation", "-e", "evaluation", default="clockwork", show_default=True,
-              help="Which evaluation: a registered name, a module path or a .py file.")
-@click.option("--params", "-p", "params", type=click.Path(exists=True, dir_okay=False),
-              help="Parameter JSON (registry schema); default: the evaluation's own parameters.")
+@position_options("Read positions from F (as `tuner eval --file`; '-' for stdin).")
 @click.option("--command", "command", default=DEFAULT_COMMAND, show_default=True,
               help="The engine command that prints the static evaluation.")
 @click.option("--reply", "reply", default=DEFAULT_REPLY, show_default=True,
