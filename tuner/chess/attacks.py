@@ -17,6 +17,7 @@ bitboards.
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from .bitboard import lsb, msb, popcount
 from .position import (W_WHITE, W_BLACK, W_PAWN, W_KNIGHT, W_BISHOP, W_ROOK, W_QUEEN, W_KING,
@@ -166,39 +167,39 @@ RAYS = _build_rays()
 # single-piece attacks
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def pawn_attacks(sq, colour):
     return PAWN_ATTACKS[colour, sq]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def knight_attacks(sq):
     return KNIGHT_ATTACKS[sq]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def king_attacks(sq):
     return KING_ATTACKS[sq]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def bishop_attacks(sq, occ):
     key = ((U64(occ) & BISHOP_MASKS[sq]) * BISHOP_MAGICS[sq]) >> BISHOP_SHIFTS[sq]
     return BISHOP_TABLE[BISHOP_OFFSETS[sq] + np.int64(key)]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def rook_attacks(sq, occ):
     key = ((U64(occ) & ROOK_MASKS[sq]) * ROOK_MAGICS[sq]) >> ROOK_SHIFTS[sq]
     return ROOK_TABLE[ROOK_OFFSETS[sq] + np.int64(key)]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def queen_attacks(sq, occ):
     return bishop_attacks(sq, occ) | rook_attacks(sq, occ)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _ray_attacks(sq, occ, d):
     """Classical ray attacks in direction d (see RAYS); branch-free with a sentinel bit: the ray
     from h8 (increasing directions) or a1 (decreasing directions) is empty."""
@@ -210,14 +211,14 @@ def _ray_attacks(sq, occ, d):
     return ray ^ RAYS[d, blocker]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def rook_attacks_classical(sq, occ):
     """Same result as rook_attacks, from ray tables instead of magics (for cross-checks)."""
     return (_ray_attacks(sq, occ, 0) | _ray_attacks(sq, occ, 1) | _ray_attacks(sq, occ, 4)
             | _ray_attacks(sq, occ, 5))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def bishop_attacks_classical(sq, occ):
     return (_ray_attacks(sq, occ, 2) | _ray_attacks(sq, occ, 3) | _ray_attacks(sq, occ, 6)
             | _ray_attacks(sq, occ, 7))
@@ -227,7 +228,7 @@ def bishop_attacks_classical(sq, occ):
 # set-wise and per-position attacks
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def pawn_attacks_set(pawns_bb, colour):
     """Union of the attacks of every pawn in pawns_bb, for pawns of `colour`."""
     p = U64(pawns_bb)
@@ -236,7 +237,7 @@ def pawn_attacks_set(pawns_bb, colour):
     return ((p & _NOT_A) >> U64(9)) | ((p & _NOT_H) >> U64(7))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def count_attackers(sq, occ, colour, pawns, knights, bishops, rooks, queens, kings):
     """Number of the given pieces (pawns of `colour` and the other sets, bitboards) attacking
     square sq under occupancy occ: cnt_c(sq) of a position without the attack table. The attack
@@ -249,7 +250,7 @@ def count_attackers(sq, occ, colour, pawns, knights, bishops, rooks, queens, kin
             + popcount(KING_ATTACKS[sq] & U64(kings)))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def piece_attacks(ptype, colour, sq, occ):
     """Attack set of a piece of type ptype and colour on sq, given occupancy occ."""
     if ptype == PAWN:
@@ -265,7 +266,7 @@ def piece_attacks(ptype, colour, sq, occ):
     return KING_ATTACKS[sq]
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def attacks_from(pos, sq):
     """Attack set of the piece standing on sq (0 if sq is empty)."""
     b = _ONE << U64(sq)
@@ -282,7 +283,7 @@ def attacks_from(pos, sq):
     return U64(0)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def attackers_to(pos, sq, colour):
     """Bitboard of colour's pieces whose attack set contains sq."""
     occ = pos[W_WHITE] | pos[W_BLACK]
@@ -297,7 +298,7 @@ def attackers_to(pos, sq, colour):
     return a & mine
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def attacker_counts(pos, out):
     """out[c, s] (int32[2, 64]) = number of colour c's pieces attacking s (pawns, king included);
     out is returned.
@@ -363,7 +364,7 @@ def attacker_counts(pos, out):
 # batch helpers (Python entry points over njit loops)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _piece_attack_table_core(positions, out):
     for i in range(positions.shape[0]):
         pos = positions[i]
@@ -376,13 +377,13 @@ def _piece_attack_table_core(positions, out):
             out[i, s] = attacks_from(pos, s)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _attacker_count_table_core(positions, out):
     for i in range(positions.shape[0]):
         attacker_counts(positions[i], out[i])
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _attackers_to_table_core(positions, out):
     for i in range(positions.shape[0]):
         for c in range(2):

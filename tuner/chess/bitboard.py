@@ -14,6 +14,7 @@ Colour-relative directions are not needed: the evaluation mirrors Black's bitboa
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from tuner.jit import JIT
 from numba.extending import intrinsic
 
 U64 = np.uint64
@@ -65,80 +66,80 @@ _cttz64 = _u64_intrinsic("_cttz64", lambda b, x: b.cttz(x, _FALSE))
 _ctlz64 = _u64_intrinsic("_ctlz64", lambda b, x: b.ctlz(x, _FALSE))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def flip_vertical(bb):
     """The bitboard mirrored vertically (square s -> s ^ 56): one byte swap."""
     return _bswap64(U64(bb))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def popcount(x):
     """Number of set bits of a uint64 (int64 result)."""
     return np.int64(_ctpop64(U64(x)))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def lsb(x):
     """Index of the lowest set bit (64 when x == 0)."""
     return np.int64(_cttz64(U64(x)))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def msb(x):
     """Index of the highest set bit (-1 when x == 0)."""
     return np.int64(63) - np.int64(_ctlz64(U64(x)))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def pop_lsb(x):
     """x with its lowest set bit cleared."""
     x = U64(x)
     return x & (x - _S1)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def bit(sq):
     """Bitboard with only square ``sq`` set."""
     return _S1 << U64(sq)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def test_bit(bb, sq):
     return ((U64(bb) >> U64(sq)) & _S1) != U64(0)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def file_of(sq):
     return np.int64(sq) & 7
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def rank_of(sq):
     return np.int64(sq) >> 3
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def relative_square(sq, colour):
     """sq for White, sq ^ 56 (vertical mirror) for Black."""
     return np.int64(sq) ^ (np.int64(56) * np.int64(colour))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def relative_rank(sq, colour):
     return (np.int64(sq) >> 3) ^ (np.int64(7) * np.int64(colour))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def rank_mask(r):
     return U64(0xFF) << U64(8 * r)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def file_mask(f):
     return FILE_A << U64(f)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def chebyshev(a, b):
     df = abs((np.int64(a) & 7) - (np.int64(b) & 7))
     dr = abs((np.int64(a) >> 3) - (np.int64(b) >> 3))
@@ -149,47 +150,47 @@ def chebyshev(a, b):
 # Edge-safe directional shifts
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def north(bb):
     return U64(bb) << _S8
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def south(bb):
     return U64(bb) >> _S8
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def east(bb):
     return (U64(bb) & NOT_FILE_H) << _S1
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def west(bb):
     return (U64(bb) & NOT_FILE_A) >> _S1
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def north_east(bb):
     return (U64(bb) & NOT_FILE_H) << _S9
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def north_west(bb):
     return (U64(bb) & NOT_FILE_A) << _S7
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def south_east(bb):
     return (U64(bb) & NOT_FILE_H) >> _S7
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def south_west(bb):
     return (U64(bb) & NOT_FILE_A) >> _S9
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def north_fill(bb):
     """bb and every square north of a member (Kogge-Stone fill)."""
     bb = U64(bb)
@@ -199,7 +200,7 @@ def north_fill(bb):
     return bb
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def south_fill(bb):
     bb = U64(bb)
     bb |= bb >> _S8
@@ -208,6 +209,6 @@ def south_fill(bb):
     return bb
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def file_fill(bb):
     return north_fill(bb) | south_fill(bb)

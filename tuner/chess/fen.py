@@ -28,6 +28,7 @@ import re
 import numpy as np
 import pyarrow as pa
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from .legality import (CASTLE_CODE_BLACK_FILE_A, CASTLE_CODE_WHITE_FILE_A, castle_colour,
                        castle_slot, check_status, ep_status, material_status)
@@ -42,7 +43,6 @@ from .status import (DETAIL_A_SHIFT, DETAIL_B_SHIFT, DETAIL_MASK, F_CASTLING, F_
 U64 = np.uint64
 #: The parser's helpers take the text and position arrays: inlined, so that no call in the per-FEN
 #: path passes an array (each such call costs reference counting in Numba).
-INLINE = dict(cache=True, nogil=True, inline="always")
 
 # characters (bytes) the parser and writer compare against
 CH_SPACE = ord(" ")
@@ -257,7 +257,7 @@ def _parse_clock(data, start, stop, syntax, zero, out_of_range, lowest, highest)
     return np.int32(FenStatus.OK), value
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _parse_fields(data, start, end, bbs):
     """Every field of the FEN in data[start:end] into bbs (all zero on entry); the status."""
     s = _skip_ws(data, start, end)
@@ -320,7 +320,7 @@ def _parse_fields(data, start, end, bbs):
     return np.int32(FenStatus.OK)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _parse_row(data, start, end, out, row):
     """Parse the FEN in data[start:end] into out[row]; the status. A rejected row is all zero."""
     bbs = out[row]
@@ -333,7 +333,7 @@ def _parse_row(data, start, end, out, row):
     return status
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _parse_fens_core(offsets, data, positions, status):
     for r in range(positions.shape[0]):
         status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r)
@@ -464,7 +464,7 @@ def parse_fen(fen: str) -> np.ndarray:
 # writing
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _write_uint(buf, k, value):
     """Write value (0..99999) in decimal at buf[k:]; returns the end index."""
     div = 10000
@@ -477,7 +477,7 @@ def _write_uint(buf, k, value):
     return k
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _write_fen(pos, buf, k):
     """Write the FEN of pos into buf[k:] (at most FEN_MAX_BYTES bytes); returns the end index."""
     for r in range(BOARD_SIZE - 1, -1, -1):
@@ -539,7 +539,7 @@ def _write_fen(pos, buf, k):
     return k
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _write_fens(positions, buf, offsets):
     k = 0
     offsets[0] = 0

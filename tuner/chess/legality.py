@@ -18,6 +18,7 @@ read as in Chess960 (``chess.Board(fen, chess960=True)``), since a FEN does not 
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from .attacks import count_attackers
 from .bitboard import BACK_RANKS, RANK_1, RANK_8, lsb, msb, popcount
@@ -28,7 +29,6 @@ from .status import FenStatus, pack_status
 U64 = np.uint64
 #: The checks take the position array: inlined into the parser, so that no call passes an array
 #: (each such call costs reference counting in Numba).
-INLINE = dict(cache=True, nogil=True, inline="always")
 MAX_PIECES = 16
 MAX_PAWNS = 8
 RANK_STEP = 8  # square offset of one rank
@@ -76,7 +76,7 @@ def check_status(bbs, stm):
     return np.int32(FenStatus.OK)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def castle_colour(code):
     """Colour (0 White, 1 Black) of castling text code `code` (1..20)."""
     if code == CASTLE_CODE_WHITE_KING or code == CASTLE_CODE_WHITE_QUEEN:

@@ -30,6 +30,7 @@ Positions are made by the FEN parser (`tuner.chess.fen`), which only packs legal
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from .bitboard import popcount
 
@@ -76,18 +77,18 @@ HALFMOVE_MASK = 0xFF
 FULLMOVE_MASK = 0x3FFF
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def castle_slot_shift(colour, queen_side):
     """Bit offset in the meta word of the castling slot nibble of (colour, side)."""
     return U64(META_CASTLE_SLOTS_SHIFT + CASTLE_SLOT_BITS * (2 * colour + (1 if queen_side else 0)))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def side_to_move(pos):
     return np.int64(pos[W_META] & U64(1))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def phase(pos):
     """min(PHASE_MAX, N + B + 2R + 4Q), both colours."""
     p = (popcount(pos[W_KNIGHT]) + popcount(pos[W_BISHOP]) + 2 * popcount(pos[W_ROOK])
@@ -95,7 +96,7 @@ def phase(pos):
     return min(p, np.int64(PHASE_MAX))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def piece_on(pos, sq):
     """NO_PIECE if sq is empty, else type + 6 * colour (0..5 White PAWN..KING, 6..11 Black)."""
     b = U64(1) << U64(sq)
@@ -111,7 +112,7 @@ def piece_on(pos, sq):
     return np.int64(NO_PIECE)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def castling_rook_file(pos, colour, queen_side):
     """File (0..7) of the castling rook for (colour, side), or -1 if there is no such right."""
     nib = np.int64((pos[W_META] >> castle_slot_shift(colour, queen_side)) & U64(15))
@@ -120,7 +121,7 @@ def castling_rook_file(pos, colour, queen_side):
     return np.int64(-1)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def ep_square(pos):
     """En-passant square or -1."""
     bits = np.int64((pos[W_META] >> U64(META_EP_SHIFT)) & U64(15))
@@ -130,11 +131,11 @@ def ep_square(pos):
     return np.int64(8 * rank + (bits >> 1))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def halfmove_clock(pos):
     return np.int64((pos[W_META] >> U64(META_HALFMOVE_SHIFT)) & U64(HALFMOVE_MASK))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def fullmove_number(pos):
     return np.int64((pos[W_META] >> U64(META_FULLMOVE_SHIFT)) & U64(FULLMOVE_MASK))

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from .position import MAX_FULLMOVE, MAX_HALFMOVE
 
@@ -71,13 +72,13 @@ _EP_RANK_LABEL = (6, 3)  # by side to move
 _FIRST_PRINTABLE, _LAST_PRINTABLE = 33, 126
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def pack_status(kind, a, b):
     """A status with details a and b (each capped at 255)."""
     return np.int32(kind | (min(a, DETAIL_MASK) << DETAIL_A_SHIFT) | (min(b, DETAIL_MASK) << DETAIL_B_SHIFT))
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def pack_value_status(kind, value):
     """A status with one value (capped at VALUE_CAP)."""
     return np.int32(kind | (min(value, VALUE_CAP) << DETAIL_A_SHIFT))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from .formats import BRACKET_RESULTS, INT32_MAX, PIPE_RESULTS
 
@@ -45,12 +46,12 @@ _PI_TAB, _PI_LEN, _PI_VAL = _token_table(PIPE_RESULTS)
 _INT32_MAX = INT32_MAX
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(**INLINE)
 def _is_ws(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _match(buf, s, e, table, lens, values):
     """Value of the token buf[s:e] in the table, or -1.0."""
     n = e - s
@@ -66,7 +67,7 @@ def _match(buf, s, e, table, lens, values):
     return -1.0
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _trim(buf, s, e):
     while s < e and _is_ws(buf[s]):
         s += 1
@@ -75,7 +76,7 @@ def _trim(buf, s, e):
     return s, e
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def _parse_int(buf, s, e):
     """(state, value) of an optionally signed ASCII decimal: state 0 ok, 1 syntax, 2 range."""
     if s < e and (buf[s] == 43 or buf[s] == 45):  # + -
@@ -102,7 +103,7 @@ def _parse_int(buf, s, e):
     return 0, v
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def scan_lines(buf, mode, fen_data, fen_offsets, results, scores, row_line,
                bad_line, bad_code, bad_start, bad_end, bad_extra):
     """Scan ``buf`` (uint8, whole lines) in ``mode``. Fills the output arrays (sized for the

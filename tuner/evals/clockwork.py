@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, knight_attacks,
                                  pawn_attacks_set, rook_attacks)
@@ -41,8 +42,6 @@ from .breakdown import explain_cde2ced
 from .common import add_nonzero, check_domain, pack_score, s16, score_eg, score_mg, trunc_div
 from .registry import ParamRegistry
 
-JIT = dict(cache=True, nogil=True)
-INLINE = dict(JIT, inline="always")
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "clockwork.json")
 PHASE_MAX = 24
@@ -572,7 +571,7 @@ def evaluate_fen(fen: str, params=None):
 # from caching the kernel, and it would be recompiled in every process.
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def record_batch(tape, acc, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):

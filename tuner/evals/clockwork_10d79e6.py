@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, knight_attacks,
                                  pawn_attacks_set, piece_attacks, rook_attacks)
@@ -69,8 +70,6 @@ from .common import (add_nonzero, add_packed, check_domain, pack_score, s16, sco
 from .export import round_half_away, round_params
 from .registry import ParamRegistry
 
-JIT = dict(cache=True, nogil=True)
-INLINE = dict(JIT, inline="always")
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "clockwork-10d79e6.json")
 PHASE_MAX = 24

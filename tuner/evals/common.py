@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from tuner.jit import INLINE
 
 from tuner.chess.bitboard import BACK_RANKS
 from tuner.chess.position import W_BLACK, W_KING, W_PAWN, W_WHITE
 from tuner.tape import lin_add
 
-INLINE = dict(cache=True, nogil=True, inline="always")
 
 _MASK16 = 0xFFFF
 _SIGN16 = 0x8000

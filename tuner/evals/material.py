@@ -27,6 +27,7 @@ import os
 from functools import lru_cache
 
 from numba import njit
+from tuner.jit import JIT
 
 from tuner.chess.bitboard import popcount
 from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE, phase
@@ -45,7 +46,7 @@ def registry() -> ParamRegistry:
     return ParamRegistry.from_json(PARAMS_PATH)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def features(pos, acc):
     """Net piece counts (White minus Black) and the tempo; returns the phase (0..24)."""
     for t in range(5):  # pawn, knight, bishop, rook, queen
@@ -55,14 +56,14 @@ def features(pos, acc):
     return phase(pos)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def record_eval(tape, acc, pos):
     """Record the continuous White-POV evaluation of `pos`; its value index."""
     ph = features(pos, acc)
     return record_phase(tape, lin_record_pair(tape, acc), ph / 24)
 
 
-@njit(cache=True, nogil=True)
+@njit(**JIT)
 def record_batch(tape, acc, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):

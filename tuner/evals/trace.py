@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from tuner.data.trace import TraceLayout, TraceRows
 from tuner.tape import lin_add, lin_record_pair, record_eg_scale, record_phase
@@ -29,7 +30,6 @@ from tuner.tape import lin_add, lin_record_pair, record_eg_scale, record_phase
 from . import Evaluation
 from .registry import ParamFileError, ParamRegistry
 
-JIT = dict(cache=True, nogil=True)
 #: The suffix of a trace's parameter file: an evaluation spec ending in it names a trace.
 SUFFIX = ".json"
 #: The scale factor that leaves the endgame half as it is (no record).

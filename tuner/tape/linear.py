@@ -15,13 +15,13 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
                         ensure_room, note_index_error)
 from .ops import (F_LINCOMB_PAIR, operand_mark, append_checked_lincomb_pair,
                   record_lincomb_pair, tag)
 
-JIT = dict(cache=True, nogil=True)
 
 
 class LinearAccumulator(NamedTuple):

@@ -80,6 +80,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
                         C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
@@ -87,8 +88,6 @@ from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, 
                         OPERAND_LIST, OPERAND_RHS, Recording, Tape, TapeFullError, alloc_pair,
                         alloc_value, note_index_error)
 
-JIT = dict(cache=True, nogil=True, error_model="numpy")
-INLINE = dict(JIT, inline="always")  # record-side helpers taking the Tape; scalar-only kernels
 
 # Kernels.
 K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_EXP, K_LOG, K_SIGMOID, K_NEG = range(9)

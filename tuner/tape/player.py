@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from tuner.jit import JIT, INLINE
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -63,7 +64,6 @@ from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
                         Recording)
 
-JIT = dict(cache=True, nogil=True, error_model="numpy")
 #: How many positions ahead `play` prefetches a position's header, and its operands.
 PREFETCH_ROW, PREFETCH_OPERANDS = 16, 8
 #: Largest operand count of one n-ary record in a store (counts are kept as u16).
@@ -962,7 +962,7 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # Playing.
 # ------------------------------------------------------------------------------------------------
 
-@njit(**JIT, inline="always")
+@njit(**INLINE)
 def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=True,
                    with_nary=True) -> None:
     """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to

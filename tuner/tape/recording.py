@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT, INLINE
 
 from .arena import Arena, new_arena
 
@@ -62,7 +63,6 @@ E_OPERAND_LIST = 4   # an n-ary record's first operand outside the operands push
 # Which operand (C_ERROR_OPERAND).
 OPERAND_LHS, OPERAND_RHS, OPERAND_LIST = 0, 1, 2
 
-JIT = dict(cache=True, nogil=True)
 
 
 class TapeFullError(RuntimeError):
@@ -197,7 +197,7 @@ def ensure_room(tape: Tape, records: int, values: int, pairs: int, operands: int
         raise TapeFullError("tape capacity is full; grow the tape or record fewer positions")
 
 
-@njit(**JIT, inline="always")
+@njit(**INLINE)
 def alloc_value(tape: Tape) -> int:
     """A fresh value slot (its contents are set by the caller)."""
     i = tape.rec.counts[C_VALUES]
@@ -207,7 +207,7 @@ def alloc_value(tape: Tape) -> int:
     return i
 
 
-@njit(**JIT, inline="always")
+@njit(**INLINE)
 def alloc_pair(tape: Tape) -> int:
     """A fresh pair slot (its contents are set by the caller)."""
     i = tape.rec.counts[C_PAIRS]

@@ -91,7 +91,8 @@ _HEADER = '''\
 import numpy as np
 from numba import njit
 from tuner.tape.ops import ({ops})
-from tuner.tape.player import JIT, prefetch_ahead
+from tuner.jit import JIT
+from tuner.tape.player import prefetch_ahead
 '''
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from tuner.chess.bitboard import lsb, pop_lsb
 from tuner.tape.ops import neumaier_add
 from tuner.tape.player import play
 from .record import LOSS
 
-JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
 @njit(**JIT)

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
+from tuner.jit import JIT
 
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
 from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_sq_err, record_sigmoid_xent
 from tuner.tape.player import Store, StoreBuilder, extract
 
-JIT = dict(cache=True, nogil=True, error_model="numpy")
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
 OPERANDS_PER_POSITION = 128
