@@ -119,7 +119,8 @@ def test_the_docs_say_that_a_config_runs_the_code_it_names():
            "from someone else runs their code" in reference
     assert "A registry's `file` may be any path, absolute or with `..`" in reference
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
     assert "a configuration from someone else whose `[evaluation] name` is a `.py` file or a " \
            "module runs their code" in readme
     assert "A registry's `file` may be any path: relative to the registry, absolute, or with " \
-           "`..`" in readme
+           "`..`" in usage
