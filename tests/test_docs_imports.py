@@ -263,3 +263,10 @@ def test_a_page_cites_no_issue_numbers(page):
 def test_an_issue_number_is_found():
     assert [m.group(0) for m in ISSUE.finditer("as issue 12 said; see #7, issues #30; not &#38; or a#1")] \
         == ["issue 12", "#7", "issues #30"]
+
+
+def test_an_import_that_never_parses_is_a_failing_case():
+    names = extract("page.md", "```python\nx = 1 +\nfrom tuner.tape import (lin_add,\n```\n")
+    assert [(n.line, n.statement) for n in names] == [(3, "from tuner.tape import (lin_add,")]
+    with pytest.raises(SyntaxError):
+        resolve(names[0])
