@@ -14,7 +14,7 @@ from tuner.compiling import COMPILING
 from tuner.cli import main
 from tuner.data.convert import UTF8_BOM, convert_files
 from tuner.data.errors import SHOW_BAD
-from tuner.evals import commands
+from tuner.cli import evals as commands
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 ENDGAME = "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45"

@@ -6,7 +6,7 @@ from numba import njit
 
 from shared import REPO
 from tuner.compiling import COMPILING, watch_compilation
-from tuner.terminal import TerminalObserver
+from tuner.cli.terminal import TerminalObserver
 from tuner.train.config import load_config
 from tuner.train.loop import Run, load_data
 from tuner.train.progress import Observer

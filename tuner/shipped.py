@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
+from tuner.errors import ConfigError
+
 CONFIG_SUFFIX = ".toml"
 #: The folder of the installed package (package data is read from real files: pyarrow and the
 #: configuration loader take paths).
@@ -56,14 +58,6 @@ def is_shipped_config(path: Path) -> bool:
     return Path(path).resolve().parent == CONFIG_DIR.resolve()
 
 
-def config_summary(path: Path) -> str:
-    """One line on what a configuration does: evaluation, epochs and datasets."""
-    from tuner.train.config import load_config
-    cfg = load_config(path)
-    return (f"{cfg['evaluation']['name']}, {cfg['training']['epochs']} epochs on "
-            f"{', '.join(cfg['data']['train'])}")
-
-
 def find_config(name_or_path: str) -> Path:
     """A configuration file: an existing path, else the shipped configuration of that name.
 
@@ -75,7 +69,6 @@ def find_config(name_or_path: str) -> Path:
     shipped = shipped_configs()
     if name_or_path in shipped:
         return shipped[name_or_path]
-    from tuner.train.config import ConfigError
     if path.is_dir():
         raise ConfigError(f"{name_or_path}: is a directory, not a configuration file")
     raise ConfigError(f"{name_or_path}: no such configuration file, and not a shipped "

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from tuner.errors import TunerError, clip  # noqa: F401  (clip: re-exported)
 
-class DatasetError(ValueError):
+
+class DatasetError(TunerError, ValueError):
     """A dataset (Parquet file, text input or registry entry) cannot be used.
 
     The message always names the file (or registry name) and the problem.
@@ -23,17 +25,6 @@ class BadRow(NamedTuple):
 MAX_BAD_KEPT = 10_000
 #: How many bad rows are shown in messages.
 SHOW_BAD = 10
-#: Longest reason (or quoted input) a message repeats; a 4 MB bad line is not echoed whole.
-MAX_QUOTE = 200
-
-
-def clip(text: str, limit: int = MAX_QUOTE) -> str:
-    """`text` cut to `limit` characters, saying how long it was."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"
-
-
 def format_bad_list(items: list[str], total: int, show: int = SHOW_BAD) -> str:
     """``items`` (already formatted) as indented lines, at most ``show`` of them, plus
     '... and N more' when ``total`` exceeds what is shown."""

@@ -25,14 +25,18 @@ reported with its file row and field like a bad FEN.
 The valid rows of a batch are held as `TraceRows` (compressed rows: the terms of row i are
 ``index[start[i]:start[i + 1]]``), the "positions" the trace evaluation records.
 `take_positions`, `concat_positions` and `position_count` handle both kinds of positions
-(packed boards uint64[N, 9] and `TraceRows`) for the code that moves them about.
+(packed boards uint64[N, 9] and `TraceRows`) for the code that moves them about. These and
+`TraceLayout` are defined in `tuner.evals.positions` (the evaluations use them, and a layer
+never imports one above it) and importable from here too.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pyarrow as pa
+
+from tuner.evals.positions import (TraceLayout, TraceRows, concat_positions,  # noqa: F401  (re-exported)
+                                   empty_rows, gather_rows, position_arrays, position_count,
+                                   take_positions)
 
 from .errors import BadRow, DatasetError
 
@@ -42,36 +46,6 @@ TERM_INDEX, TERM_COUNT = "index", "count"
 MAX_SCALE = 4.0
 #: Largest |count| of one term (its sum with others is exact in the tape's f64 coefficients).
 MAX_COUNT = 1 << 31
-
-
-class TraceLayout(NamedTuple):
-    """What a trace's rows are checked against: its parameter file's pair count and phase_max."""
-
-    n_params: int
-    phase_max: float
-    source: str  # the parameter file, for messages
-
-
-class TraceRows(NamedTuple):
-    """Trace rows held in memory (what the trace evaluation records).
-
-    alpha  float64[N]: phase / phase_max, the midgame weight
-    scale  float64[N]: the endgame scale factor (1.0 without a scale column)
-    start  int64[N + 1]: the terms of row i are ``start[i]:start[i + 1]``
-    index  int32[M], count  int64[M]: the terms, in the file's order
-    """
-
-    alpha: np.ndarray
-    scale: np.ndarray
-    start: np.ndarray
-    index: np.ndarray
-    count: np.ndarray
-
-
-def empty_rows() -> TraceRows:
-    """No trace rows."""
-    return TraceRows(np.zeros(0), np.zeros(0), np.zeros(1, np.int64), np.zeros(0, np.int32),
-                     np.zeros(0, np.int64))
 
 
 def is_trace(schema: pa.Schema) -> bool:
@@ -196,7 +170,7 @@ def parse_batch(batch: pa.RecordBatch, start_row: int, layout: TraceLayout,
     keep = np.flatnonzero(ok)
     lengths = offsets[1:] - offsets[:-1]
     good = index_ok & count_ok  # bad terms (of rows not kept) read as 0, not cast from NaN
-    rows = _gather(phase / layout.phase_max, scale, offsets, lengths,
+    rows = gather_rows(phase / layout.phase_max, scale, offsets, lengths,
                    np.where(good, index, 0).astype(np.int32),
                    np.where(good, count, 0).astype(np.int64), keep)
     return rows, res[keep], None if keep.size == n else ok
@@ -220,57 +194,6 @@ def _bad_term(i, offsets, struct_ok, index, index_valid, count, count_valid, ind
         if not (np.isfinite(c) and c == np.floor(c) and abs(c) <= MAX_COUNT):
             return f"{at}.{TERM_COUNT} {c!r} is not an integer within +-{MAX_COUNT:,}"
     raise AssertionError("no bad term in a row marked bad")
-
-
-def _gather(alpha, scale, offsets, lengths, index, count, keep) -> TraceRows:
-    """The rows `keep` of compressed rows (`offsets` into `index`/`count`, any base)."""
-    sel = lengths[keep]
-    start = np.zeros(len(keep) + 1, np.int64)
-    np.cumsum(sel, out=start[1:])
-    terms = np.repeat(offsets[keep] - start[:-1], sel) + np.arange(start[-1], dtype=np.int64)
-    return TraceRows(np.ascontiguousarray(alpha[keep], np.float64),
-                     np.ascontiguousarray(scale[keep], np.float64), start,
-                     np.ascontiguousarray(index[terms], np.int32),
-                     np.ascontiguousarray(count[terms], np.int64))
-
-
-def take_positions(positions, rows):
-    """``positions[rows]`` (rows an int array or a slice) for either kind of positions."""
-    if not isinstance(positions, TraceRows):
-        return positions[rows]
-    start = positions.start
-    keep = np.arange(len(start) - 1)[rows]
-    return _gather(positions.alpha, positions.scale, start[:-1], np.diff(start),
-                   positions.index, positions.count, keep)
-
-
-def concat_positions(parts: list):
-    """The positions of `parts` (of one kind, at least one part) one after the other."""
-    if not isinstance(parts[0], TraceRows):
-        return np.concatenate(parts)
-    start = [np.zeros(1, np.int64)]
-    base = 0
-    for p in parts:
-        start.append(p.start[1:] + base)
-        base += int(p.start[-1])
-    return TraceRows(np.concatenate([p.alpha for p in parts]),
-                     np.concatenate([p.scale for p in parts]), np.concatenate(start),
-                     np.concatenate([p.index for p in parts]),
-                     np.concatenate([p.count for p in parts]))
-
-
-def position_arrays(positions) -> tuple:
-    """The arrays that say what `positions` (either kind) are, the same arrays one after the
-    other however they are cut into parts (a trace's row lengths, not its offsets)."""
-    if not isinstance(positions, TraceRows):
-        return (positions,)
-    return (positions.alpha, positions.scale, np.diff(positions.start), positions.index,
-            positions.count)
-
-
-def position_count(positions) -> int:
-    """How many positions `positions` holds (either kind)."""
-    return len(positions.alpha) if isinstance(positions, TraceRows) else len(positions)
 
 
 def check_layout(layout: TraceLayout | None, is_trace_file: bool, source: str) -> None:

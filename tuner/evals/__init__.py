@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.errors import TunerError
 from tuner.tape import new_accumulator
 from tuner.tape.ops import E_OPERAND_LIST, index_error
 from tuner.tape.player import position_ranges
@@ -47,7 +48,7 @@ CPP_STYLES = (CPP_CLOCKWORK, CPP_ARRAY)
 FILE_MODULE_PREFIX = "tuner_evaluation_file_"
 
 
-class EvaluationIndexError(ValueError):
+class EvaluationIndexError(TunerError, ValueError):
     """An evaluation handed a recorder an index out of range (a `lin_add` parameter index, an
     op's operand slot); the message names the evaluation, the position (FEN), the index and the
     parameter it falls past."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.data.trace import position_count
+from .positions import position_count
 from tuner.tape import TapeFullError, backward, grow, new_tape, reset, set_params
 
 from .export import round_params

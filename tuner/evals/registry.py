@@ -36,6 +36,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from tuner.errors import TunerError
 from tuner.fileio import atomic_write, read_json
 
 _SCHEMA_KEYS = ("source", "format", "evaluation", "K", "phase_weights", "phase_max", "note")
@@ -51,7 +52,7 @@ MAX_PARAM_MAGNITUDE = 1e18
 MAX_GROUP_ENTRIES = 1 << 20
 
 
-class ParamFileError(ValueError):
+class ParamFileError(TunerError, ValueError):
     """A parameter file that cannot be used; the message names the file and the entry."""
 
 

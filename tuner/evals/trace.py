@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 from tuner.jit import JIT
 
-from tuner.data.trace import TraceLayout, TraceRows
+from .positions import TraceLayout, TraceRows
 from tuner.tape import lin_add, lin_record_pair, record_eg_scale, record_phase
 
 from . import Evaluation

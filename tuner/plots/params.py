@@ -24,6 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from tuner.evals.registry import PAIR, ParamGroup, ParamRegistry
+from tuner.errors import TunerError
 from tuner.fileio import read_json
 from .figure import GRID_ALPHA, SMALL_FONT, TITLE_INCHES, new_figure, number_text, save_png
 
@@ -68,7 +69,7 @@ class FirstSquare(str, enum.Enum):
     A1 = "a1"  # a1..h1, ..., a8..h8 (a pawn table: a2..h7)
 
 
-class ParamFileError(ValueError):
+class ParamFileError(TunerError, ValueError):
     """A file that is not a readable parameter file; the message names the file and the problem."""
 
 

@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from tuner.errors import ConfigError
+
 from .split import DEFAULT_BLOCK
 from .targets import K_MAX, K_MIN, LOSS_FORMS, MAX_FIT_POSITIONS
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the file and the key."""
 
 
 @dataclass(frozen=True)

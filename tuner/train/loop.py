@@ -44,6 +44,7 @@ from tuner.data import load_dataset
 from tuner.data.registry import Resolved, resolve
 from tuner.evals import get_evaluation
 from tuner.evals.export import cpp_comments
+from tuner.errors import TunerError
 from tuner.evals.generic import continuous
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import CheckpointError, Expect, add_history, read_checkpoint, write_checkpoint
@@ -94,7 +95,7 @@ def evict_stores(folder: Path, keep: int) -> list[Path]:
 NEW_RUN_FILES = ("config.toml", RUN_META, "train.log")
 
 
-class TrainingError(RuntimeError):
+class TrainingError(TunerError, RuntimeError):
     """A run that cannot start or continue; the message says why and what was kept."""
 
 

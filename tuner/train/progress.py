@@ -2,7 +2,7 @@
 
 `Run` (tuner/train/loop.py) and `record_store` know nothing about terminals: they call an
 `Observer`'s methods as the long steps start, advance and end. The base class does nothing, which
-is what tests and `tuner bench` use; `tuner.terminal.TerminalObserver` draws progress bars with an
+is what tests and `tuner bench` use; `tuner.cli.terminal.TerminalObserver` draws progress bars with an
 estimate on a terminal and prints plain lines otherwise. Counts are positions; epochs are numbered
 from 1 as in the log.
 """

@@ -15,6 +15,7 @@ import click
 from numba.core.errors import NumbaError
 
 from tuner.compiling import COMPILING
+from tuner.errors import TunerError
 from tuner.train.progress import Observer
 
 
@@ -31,12 +32,13 @@ def announce_compiling(what: str) -> None:
 @contextmanager
 def compile_errors(name: str) -> Iterator[None]:
     """Turn Numba's refusal to compile evaluation `name` (a typing error in its code, with the
-    file and line) into a ClickException instead of a traceback."""
+    file and line) into a `TunerError` (one line, see `tuner.cli.errors`) instead of a
+    traceback."""
     try:
         yield
     except NumbaError as e:
-        raise click.ClickException(f"evaluation {name!r} does not compile with Numba: "
-                                   f"{str(e).strip()}") from None
+        raise TunerError(f"evaluation {name!r} does not compile with Numba: "
+                         f"{str(e).strip()}") from None
 
 
 class TerminalObserver(Observer):

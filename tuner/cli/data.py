@@ -1,7 +1,7 @@
 """Click commands of the dataset layer: ``tuner convert`` and ``tuner data stats|list``.
 
-Registered on the main group in tuner/cli.py ("dataset commands" section). Heavy imports
-(pyarrow, numba) happen inside the commands so ``tuner --help`` stays quick.
+Registered on the main group in tuner/cli/__init__.py ("dataset commands" section). Heavy
+imports (pyarrow, numba) happen inside the commands so ``tuner --help`` stays quick.
 """
 from __future__ import annotations
 
@@ -42,8 +42,7 @@ def convert_cmd(inputs, output, fmt, policy, progress):
     zstd-compressed in row groups of 131,072 rows. Inputs may be gzip/zstd/bz2/lz4
     compressed (detected from their first bytes).
     """
-    from .convert import convert_files
-    from .errors import DatasetError
+    from tuner.data.convert import convert_files
 
     total = 0
     for p in inputs:
@@ -62,8 +61,6 @@ def convert_cmd(inputs, output, fmt, policy, progress):
                                             progress=bar.update)
             else:
                 summary = convert_files(list(inputs), output, fmt, policy)
-    except DatasetError as e:
-        raise click.ClickException(str(e)) from e
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the partial output is already removed
         click.echo(f"\ninterrupted; {output} was not written (an existing one is left as it was)", err=True)
         sys.exit(exit_status(e))
@@ -99,13 +96,9 @@ def stats_cmd(dataset, policy, as_json):
       standard rights present, all standard, written KQkq;
       unknown  no castling rights left (either variant).
     """
-    from .errors import DatasetError
-    from .stats import dataset_stats, format_stats
+    from tuner.data.stats import dataset_stats, format_stats
 
-    try:
-        s = dataset_stats(dataset, policy=policy)
-    except DatasetError as e:
-        raise click.ClickException(str(e)) from e
+    s = dataset_stats(dataset, policy=policy)
     if as_json:
         click.echo(json.dumps(s.to_dict(), indent=2))
     else:
@@ -131,21 +124,12 @@ def list_cmd(verify, config_name):
     The first registry listing a name wins; a name none lists is read as a file of
     that name, if there is one. Paths in a registry are relative to it.
     """
-    from .errors import DatasetError
-    from .registry import not_a_file, registries, search_path, verify_entry
+    from tuner.data.errors import DatasetError
+    from tuner.data.registry import not_a_file, registries, search_path, verify_entry
+    from tuner.shipped import find_config
 
-    config = None
-    if config_name is not None:
-        from tuner.shipped import find_config
-        from tuner.train.config import ConfigError
-        try:
-            config = find_config(config_name)
-        except ConfigError as e:
-            raise click.ClickException(str(e)) from e
-    try:
-        found = registries(config)
-    except DatasetError as e:
-        raise click.ClickException(str(e)) from e
+    config = None if config_name is None else find_config(config_name)
+    found = registries(config)
     click.echo("dataset names are looked up in (first match wins; paths are read as files):")
     counts = {step: len(entries) for step, entries in found}
     number = {}

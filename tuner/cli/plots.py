@@ -1,7 +1,7 @@
 """Click commands of the pictures: ``tuner plot`` and ``tuner diff``.
 
-Registered on the main group in tuner/cli.py ("picture commands" section). matplotlib is imported
-inside the commands so ``tuner --help`` stays quick.
+Registered on the main group in tuner/cli/__init__.py ("picture commands" section). matplotlib is
+imported inside the commands so ``tuner --help`` stays quick.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from tuner.errors import TunerError
 from tuner.fileio import WriteError
 
 #: How many changes `tuner diff` prints and draws unless told otherwise.
@@ -41,16 +42,16 @@ def plot_cmd(params: str, prefix: str | None, first_square: str) -> None:
     eg side by side, a1 at the bottom left, on a signed colour scale centred on zero, in
     PREFIX.boards.png; every other parameter becomes a bar chart (mg and eg bars, values alone;
     each scalar on its own scale) in PREFIX.tables.png."""
-    from .params import FirstSquare, ParamFileError, load_params, write_param_plots
+    from tuner.plots.params import FirstSquare, load_params, write_param_plots
 
+    registry = load_params(params)  # a ParamFileError names the file and the reason
     try:
-        registry = load_params(params)
         written = write_param_plots(registry, prefix or _stem(params), FirstSquare(first_square))
-    except (ParamFileError, WriteError) as e:  # both name the file and the reason
-        raise click.ClickException(str(e)) from None
+    except WriteError:  # names the file and the reason
+        raise
     except OSError as e:
-        raise click.ClickException(f"{prefix or _stem(params)}: cannot write the pictures "
-                                   f"({e.strerror or e})") from None
+        raise TunerError(f"{prefix or _stem(params)}: cannot write the pictures "
+                         f"({e.strerror or e})") from None
     for path in written:
         click.echo(f"wrote {path}")
 
@@ -71,14 +72,11 @@ def diff_cmd(before: str, after: str, top: int, out: str | None, first_square: s
     parameter); entries are ranked by it, largest first, and unchanged entries are left out. Each
     line shows the entry's name (a table's entry by its square: KNIGHT_PSQT[e4]), then mg before /
     after / delta and eg before / after / delta."""
-    from .diff import changes, check_same_layout, format_changes, write_changes_plot
-    from .params import FirstSquare, ParamFileError, load_params
+    from tuner.plots.diff import changes, check_same_layout, format_changes, write_changes_plot
+    from tuner.plots.params import FirstSquare, load_params
 
-    try:
-        a, b = load_params(before), load_params(after)
-        check_same_layout(a, b, before, after)
-    except ParamFileError as e:
-        raise click.ClickException(str(e)) from None
+    a, b = load_params(before), load_params(after)  # ParamFileErrors naming the file
+    check_same_layout(a, b, before, after)
     found = changes(a, b, FirstSquare(first_square))
     if not found:
         click.echo(f"no parameter differs between {before} and {after}")
@@ -90,8 +88,8 @@ def diff_cmd(before: str, after: str, top: int, out: str | None, first_square: s
     try:
         write_changes_plot(found, top, path, f"largest changes: {Path(before).name} -> "
                                              f"{Path(after).name}")
-    except WriteError as e:
-        raise click.ClickException(str(e)) from None
+    except WriteError:  # names the file and the reason
+        raise
     except OSError as e:
-        raise click.ClickException(f"{path}: cannot write the picture ({e.strerror or e})") from None
+        raise TunerError(f"{path}: cannot write the picture ({e.strerror or e})") from None
     click.echo(f"wrote {path}")

@@ -1,21 +1,21 @@
-"""Click commands of the training layer: `tuner train`, `tuner configs` and `tuner bench`."""
+"""Click commands of the training layer: `tuner train`, `tuner configs` and `tuner bench`.
+
+Their errors are reported as ``error: ...`` with exit code 2 (`TrainingCommand`).
+"""
 from __future__ import annotations
 
 import sys
 
 import click
 
+from tuner.errors import ConfigError
 from tuner.interrupt import exit_status, sigterm_as_interrupt
+from tuner.train.config import MAX_EPOCHS, MAX_THREADS
 
-from .config import MAX_EPOCHS, MAX_THREADS
-
-
-def _fail(e: Exception | str) -> None:
-    click.echo(f"error: {e}", err=True)
-    sys.exit(2)
+from .errors import TrainingCommand
 
 
-@click.command("train")
+@click.command("train", cls=TrainingCommand)
 @click.option("--config", "config_name", metavar="CONFIG",
               help="TOML configuration file, or the name of a shipped one (`tuner configs`; "
                    "keys: --help-config). Required unless --resume.")
@@ -44,12 +44,11 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     training game, and best.json / best.hpp hold its parameters, or the starting ones when the
     folds do not show an improvement larger than their spread. --resume continues it.
     """
-    from tuner.data import DatasetError
-    from tuner.evals import EvaluationIndexError
     from tuner.shipped import find_config, shipped_configs
-    from .config import ConfigError, describe
-    from .loop import TrainingError, start_run
-    from tuner.terminal import TerminalObserver, compile_errors
+    from tuner.train.config import describe
+    from tuner.train.loop import start_run
+
+    from .terminal import TerminalObserver, compile_errors
     if help_config:
         click.echo(describe())
         click.echo(f"Shipped configurations (--config NAME; `tuner configs` lists them): "
@@ -59,7 +58,7 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
         with sigterm_as_interrupt():
             config_path = None if config_name is None else find_config(config_name)
             if _cross_validation(config_path, resume):
-                from .cv import CrossValidation
+                from tuner.train.cv import CrossValidation
                 cv = CrossValidation(config_path, out, resume, epochs, threads, log=click.echo,
                                      observer=TerminalObserver())
                 click.echo(f"output: {cv.out}")
@@ -72,9 +71,6 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
             run.log(f"output: {run.out}")
             with compile_errors(run.evaluation.name):
                 run.run()
-    except (ConfigError, DatasetError, EvaluationIndexError, TrainingError,
-            OSError) as e:  # OSError: disk full ...
-        _fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
         click.echo("\ninterrupted; the checkpoint of the last completed epoch is kept (resume "
                    "with --resume DIR)", err=True)
@@ -86,14 +82,22 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
 
 def _cross_validation(config_path, resume) -> bool:
     """Whether `tuner train` is to run (or resume) a cross-validation."""
-    from .config import load_config
-    from .cv import is_cross_validation, is_cross_validation_dir
+    from tuner.train.config import load_config
+    from tuner.train.cv import is_cross_validation, is_cross_validation_dir
     if resume is not None:
         return is_cross_validation_dir(resume)
     return config_path is not None and is_cross_validation(load_config(config_path))
 
 
-@click.command("configs")
+def config_summary(path) -> str:
+    """One line on what a configuration does: evaluation, epochs and datasets."""
+    from tuner.train.config import load_config
+    cfg = load_config(path)
+    return (f"{cfg['evaluation']['name']}, {cfg['training']['epochs']} epochs on "
+            f"{', '.join(cfg['data']['train'])}")
+
+
+@click.command("configs", cls=TrainingCommand)
 @click.argument("name", required=False)
 def configs_cmd(name):
     """The configurations shipped with tuner (use one with `tuner train --config NAME`), or
@@ -102,18 +106,18 @@ def configs_cmd(name):
     \b
       tuner configs default > tune.toml
     """
-    from tuner.shipped import config_summary, shipped_configs
+    from tuner.shipped import shipped_configs
     shipped = shipped_configs()
     if name is None:
         for config, path in shipped.items():
             click.echo(f"{config:<16}{config_summary(path)}")
         return
     if name not in shipped:
-        _fail(f"{name}: not a shipped configuration (shipped: {', '.join(shipped)})")
+        raise ConfigError(f"{name}: not a shipped configuration (shipped: {', '.join(shipped)})")
     click.echo(shipped[name].read_text(encoding="utf-8"), nl=False)
 
 
-@click.command("bench")
+@click.command("bench", cls=TrainingCommand)
 @click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
               help="Worker threads (0 = all cores); the signature does not depend on it.")
 @click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
@@ -129,11 +133,7 @@ def bench_cmd(threads, epochs, dataset, mode):
     The run (data, seeds, settings) is fixed, so the signature is identical across runs and
     thread counts and changes when the evaluation or the tape's arithmetic changes.
     """
-    from tuner.data import DatasetError
-    from tuner.terminal import TRAINING_KERNELS, announce_compiling
-    from .bench import run_bench
-    try:
-        run_bench(dataset, epochs, threads, mode,
-                  announce=lambda: announce_compiling(TRAINING_KERNELS))
-    except DatasetError as e:
-        _fail(e)
+    from tuner.train.bench import run_bench
+
+    from .terminal import TRAINING_KERNELS, announce_compiling
+    run_bench(dataset, epochs, threads, mode, announce=lambda: announce_compiling(TRAINING_KERNELS))

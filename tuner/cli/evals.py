@@ -1,8 +1,8 @@
 """Click commands of the evaluation layer: ``tuner eval``, ``tuner export``, ``tuner params`` and
 ``tuner examples``.
 
-Registered on the main group in tuner/cli.py ("evaluation commands" section). Heavy imports
-(numba, the evaluation) happen inside the commands so ``tuner --help`` stays quick.
+Registered on the main group in tuner/cli/__init__.py ("evaluation commands" section). Heavy
+imports (numba, the evaluation) happen inside the commands so ``tuner --help`` stays quick.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from tuner.errors import TunerError
 
 EVAL_HELP = """Evaluate positions (White's point of view).
 
@@ -50,12 +52,11 @@ EVAL_BLOCK_BYTES = 1 << 20
 def _input_blocks(fens, file):
     """Lists [(label, fen)] in input order, one block at a time: the FEN arguments, then the
     positions of `file` (see EVAL_HELP), streamed. A file that cannot be used is a
-    ClickException naming it."""
+    `TunerError` (a `DatasetError`) naming it."""
     from contextlib import nullcontext
 
     from tuner.data.convert import (DETECT_BYTES, DETECT_LINES, line_blocks, open_input,
                                     skip_bom)
-    from tuner.data.errors import DatasetError
     from tuner.data.formats import FEN_OF_LINE, binary_kind, detect_format, not_text_hint
 
     if fens:
@@ -65,30 +66,27 @@ def _input_blocks(fens, file):
     name = "<stdin>" if file == "-" else file
     source = (nullcontext((skip_bom(sys.stdin.buffer.read), lambda: 0)) if file == "-"
               else open_input(Path(file)))
-    try:
-        with source as (read, tell):
-            head = [read(EVAL_BLOCK_BYTES)]
-            what = binary_kind(head[0][:DETECT_BYTES])
-            if what == "a Parquet file" and file != "-":
-                yield _parquet_fens(file)
-                return
-            if what is not None:
-                raise click.ClickException(not_text_hint(name, what))
-            fen_of, lineno = None, 0
-            for _, raw in line_blocks(lambda n: head.pop() if head else read(n), tell,
-                                      EVAL_BLOCK_BYTES):
-                if not raw:  # within a line longer than a block
-                    continue
-                lines = [ln.removesuffix(b"\r").decode("utf-8", "surrogateescape")
-                         for ln in raw.split(b"\n")[:-1 if raw.endswith(b"\n") else None]]
-                if fen_of is None and any(t.strip() for t in lines):
-                    fmt, _ = detect_format([t for t in lines if t.strip()][:DETECT_LINES])
-                    fen_of = FEN_OF_LINE[fmt]
-                yield [(f"{name}:{k}", fen_of(line))
-                       for k, line in enumerate(lines, lineno + 1) if line.strip()]
-                lineno += len(lines)
-    except DatasetError as e:
-        raise click.ClickException(str(e)) from None
+    with source as (read, tell):
+        head = [read(EVAL_BLOCK_BYTES)]
+        what = binary_kind(head[0][:DETECT_BYTES])
+        if what == "a Parquet file" and file != "-":
+            yield _parquet_fens(file)
+            return
+        if what is not None:
+            raise TunerError(not_text_hint(name, what))
+        fen_of, lineno = None, 0
+        for _, raw in line_blocks(lambda n: head.pop() if head else read(n), tell,
+                                  EVAL_BLOCK_BYTES):
+            if not raw:  # within a line longer than a block
+                continue
+            lines = [ln.removesuffix(b"\r").decode("utf-8", "surrogateescape")
+                     for ln in raw.split(b"\n")[:-1 if raw.endswith(b"\n") else None]]
+            if fen_of is None and any(t.strip() for t in lines):
+                fmt, _ = detect_format([t for t in lines if t.strip()][:DETECT_LINES])
+                fen_of = FEN_OF_LINE[fmt]
+            yield [(f"{name}:{k}", fen_of(line))
+                   for k, line in enumerate(lines, lineno + 1) if line.strip()]
+            lineno += len(lines)
 
 
 def _parquet_fens(path: str) -> list:
@@ -99,15 +97,15 @@ def _parquet_fens(path: str) -> list:
     try:
         names = pq.read_schema(path).names
         if "fen" not in names:
-            raise click.ClickException(
+            raise TunerError(
                 f"{path}: a Parquet file without a fen column (its columns: "
                 f"{', '.join(names) or 'none'}); eval --file reads the FENs of a `fen` column")
         column = pq.read_table(path, columns=["fen"]).column("fen")
     except (pa.ArrowException, OSError) as e:
-        raise click.ClickException(f"{path}: a Parquet file whose fen column cannot be read "
-                                   f"({e})") from None
+        raise TunerError(f"{path}: a Parquet file whose fen column cannot be read "
+                         f"({e})") from None
     if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
-        raise click.ClickException(f"{path}: the fen column holds {column.type}, not strings")
+        raise TunerError(f"{path}: the fen column holds {column.type}, not strings")
     return [(f"{path}:row {i}", fen or "") for i, fen in enumerate(column.to_pylist())]
 
 
@@ -159,7 +157,7 @@ def _parse_all(items):
     from tuner.chess.fen import parse_fen, parse_fen_list
     from tuner.chess.status import status_reason
 
-    from .common import check_domain
+    from tuner.evals.common import check_domain
 
     fens = [fen for _, fen in items]
     positions, status = parse_fen_list(fens) if fens else (np.empty((0, 9), np.uint64),
@@ -188,27 +186,27 @@ def _parse_all(items):
 
 
 def _evaluation(spec: str):
-    """The evaluation `spec` names, or a one-line ClickException."""
-    from . import get_evaluation
+    """The evaluation `spec` names; a `TunerError` naming the option if there is none."""
+    from tuner.evals import get_evaluation
 
     try:
         return get_evaluation(spec)
     except (ValueError, TypeError) as e:
-        raise click.ClickException(f"--evaluation: {e}") from None
+        raise TunerError(f"--evaluation: {e}") from None
 
 
 def _read_params(path: str, evaluation):
     """The registry of parameter file `path`, checked against `evaluation` (if given)."""
-    from .registry import ParamFileError, ParamRegistry
+    from tuner.evals.registry import ParamFileError, ParamRegistry
 
     try:
         reg = ParamRegistry.from_json(path)
         if evaluation is not None:
             evaluation.check_params(reg)
-    except ParamFileError as e:  # names the file and the entry
-        raise click.ClickException(str(e)) from None
+    except ParamFileError:  # names the file and the entry: reported as it is
+        raise
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise click.ClickException(f"{path}: {e}") from None
+        raise TunerError(f"{path}: {e}") from None
     return reg
 
 
@@ -243,15 +241,14 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
         raise click.UsageError("give FEN arguments or --file F")
 
     from tuner.compiling import watch_compilation
-    from tuner.terminal import announce_compiling, compile_errors
 
-    from . import EvaluationIndexError
+    from .terminal import announce_compiling, compile_errors
 
     ev = _evaluation(evaluation)
     if ev.trace is not None:
-        raise click.ClickException(f"--evaluation: {ev.name} is the evaluation of a trace's "
-                                   f"rows; it has no boards to evaluate FENs with "
-                                   f"(docs/trace.md)")
+        raise TunerError(f"--evaluation: {ev.name} is the evaluation of a trace's "
+                         f"rows; it has no boards to evaluate FENs with "
+                         f"(docs/trace.md)")
     reg = ev.registry if params is None else _read_params(params, ev)
     errors = _ErrorReport()
     try:
@@ -259,12 +256,8 @@ def eval_cmd(fens, file, evaluation, params, breakdown):
                 compile_errors(ev.name):
             for items in _input_blocks(fens, file):
                 _eval_block(ev, reg, items, breakdown, errors)
-    except EvaluationIndexError as e:  # a bug in the evaluation: this block is not printed
-        raise click.ClickException(str(e)) from None
-    except OSError as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        errors.close()
+    finally:  # also when an error (an EvaluationIndexError: a bug in the evaluation; its block
+        errors.close()  # is not printed) ends the command
     if errors.count:
         sys.exit(1)
 
@@ -311,8 +304,8 @@ def export_cmd(params, fmt, evaluation, output):
     epoch): `tuner export DIR/best.json` is DIR/best.hpp."""
     from tuner.fileio import atomic_write
 
-    from . import CPP_ARRAY, evaluation_of_params
-    from .export import cpp_comments, export
+    from tuner.evals import CPP_ARRAY, evaluation_of_params
+    from tuner.evals.export import cpp_comments, export
 
     ev = None if evaluation is None else _evaluation(evaluation)
     reg = _read_params(params, ev)
@@ -328,7 +321,7 @@ def export_cmd(params, fmt, evaluation, output):
         if output != "-":
             atomic_write(output, text)
     except (OSError, ValueError, KeyError) as e:
-        raise click.ClickException(f"{params}: {e}") from None
+        raise TunerError(f"{params}: {e}") from None
     if output == "-":
         click.echo(text, nl=False)
 
@@ -360,32 +353,29 @@ def params_cmd(evaluation, config_name, init, random_seed, random_center, random
       tuner params --config examples/kingsafety.toml -o start.json"""
     from tuner.fileio import atomic_write
     from tuner.shipped import find_config
-    from tuner.train.config import SCHEMA, Config, ConfigError, load_config
+    from tuner.train.config import SCHEMA, Config, load_config
     from tuner.train.loop import initial_params
 
     options = {"init": init, "random_seed": random_seed, "random_center": random_center,
                "random_range": random_range}
     given = {k: v for k, v in options.items() if v is not None}
-    try:
-        if config_name is not None:
-            if evaluation is not None or given:
-                raise click.UsageError("--config takes the evaluation and init from the "
-                                       "configuration: give neither EVALUATION nor --init/--random-*")
-            cfg = load_config(find_config(config_name))
-        else:
-            if evaluation is None:
-                raise click.UsageError("give EVALUATION (or --config CONFIG)")
-            keys = SCHEMA["evaluation"]
-            for k, v in given.items():
-                err = keys[k].check(v) if keys[k].check else None
-                if err:
-                    raise click.BadParameter(err, param_hint=f"--{k.replace('_', '-')}")
-            cfg = Config({"evaluation": {**{k: key.default for k, key in keys.items()},
-                                         "name": evaluation, **given}})
-        ev = _evaluation_at(cfg)
-        theta = initial_params(cfg, ev.registry)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from None
+    if config_name is not None:
+        if evaluation is not None or given:
+            raise click.UsageError("--config takes the evaluation and init from the "
+                                   "configuration: give neither EVALUATION nor --init/--random-*")
+        cfg = load_config(find_config(config_name))
+    else:
+        if evaluation is None:
+            raise click.UsageError("give EVALUATION (or --config CONFIG)")
+        keys = SCHEMA["evaluation"]
+        for k, v in given.items():
+            err = keys[k].check(v) if keys[k].check else None
+            if err:
+                raise click.BadParameter(err, param_hint=f"--{k.replace('_', '-')}")
+        cfg = Config({"evaluation": {**{k: key.default for k, key in keys.items()},
+                                     "name": evaluation, **given}})
+    ev = _evaluation_at(cfg)
+    theta = initial_params(cfg, ev.registry)
     n = ev.registry.n_params
     meta = {"evaluation": ev.name}
     k = cfg.values.get("loss", {}).get("k")
@@ -396,23 +386,20 @@ def params_cmd(evaluation, config_name, init, random_seed, random_center, random
     if output == "-":
         click.echo(text, nl=False)
         return
-    try:
-        atomic_write(output, text)
-    except OSError as e:
-        raise click.ClickException(str(e)) from None
+    atomic_write(output, text)
     click.echo(f"wrote {output}", err=True)
 
 
 def _evaluation_at(cfg):
     """The evaluation of `cfg`'s ``[evaluation] name`` (a file relative to the config's folder),
-    or a one-line ClickException."""
-    from . import get_evaluation
+    or a `TunerError` naming the key."""
+    from tuner.evals import get_evaluation
 
     try:
         return get_evaluation(cfg["evaluation"]["name"], cfg.resolve_path("."))
     except (ValueError, TypeError) as e:
         where = f"{cfg.path}: [evaluation] name" if cfg.path else "EVALUATION"
-        raise click.ClickException(f"{where}: {e}") from None
+        raise TunerError(f"{where}: {e}") from None
 
 
 @click.command("examples")
@@ -423,9 +410,6 @@ def examples_cmd(directory):
     follow the tutorial from an installed copy. Files already there are not overwritten."""
     from tuner.shipped import write_examples
 
-    try:
-        written = write_examples(Path(directory))
-    except OSError as e:
-        raise click.ClickException(str(e)) from None
+    written = write_examples(Path(directory))  # FileExistsError naming a file already there
     for path in written:
         click.echo(f"wrote {path}")
