@@ -10,11 +10,13 @@ docs/evaluations.md), built from:
   Anything non-linear is recorded with the other ops of `tuner.tape.ops`, never computed with a
   branch on parameter values (a recorded tape must stay valid for any parameters);
 * ``record_batch``: the three-line loop below, written in each evaluation module so that Numba
-  can cache the compiled trainer.
+  can cache the compiled trainer;
+* its name: a built-in evaluation takes the one it is registered under in `tuner.evals.EVALUATIONS`
+  (`registered_name`); a module of your own names itself, ``Evaluation("mine", ...)``.
 
 The working memory ``record_eval`` takes (here ``acc``) is a linear accumulator over the registry's
 pairs unless the `Evaluation` is given a ``new_scratch`` making something else (see
-`tuner.evals.clockwork_10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
+`tuner.evals.clockwork.v10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
 export as C++ in the generic array form) is generic.
 
 A config names it ``[evaluation] name = "material"``; a module of your own outside the package is
@@ -30,10 +32,10 @@ from numba import njit
 from tuner.jit import JIT
 
 from tuner.chess.bitboard import popcount
-from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE, phase
+from tuner.chess.position import PHASE_MAX, W_BLACK, W_META, W_PAWN, W_WHITE, phase
 from tuner.tape import lin_add, lin_record_pair, record_phase
 
-from . import Evaluation
+from . import Evaluation, registered_name
 from .registry import ParamRegistry
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "material.json")
@@ -60,7 +62,7 @@ def features(pos, acc):
 def record_eval(tape, acc, pos):
     """Record the continuous White-POV evaluation of `pos`; its value index."""
     ph = features(pos, acc)
-    return record_phase(tape, lin_record_pair(tape, acc), ph / 24)
+    return record_phase(tape, lin_record_pair(tape, acc), ph / PHASE_MAX)
 
 
 @njit(**JIT)
@@ -70,4 +72,4 @@ def record_batch(tape, acc, positions, rows, out):
         out[i] = record_eval(tape, acc, positions[rows[i]])
 
 
-EVALUATION = Evaluation("material", registry(), record_eval, record_batch)
+EVALUATION = Evaluation(registered_name(__name__), registry(), record_eval, record_batch)
