@@ -1,4 +1,4 @@
-"""Clockwork's 10d79e6 evaluation (tuner/evals/clockwork_10d79e6.py) against the engine's own data.
+"""Clockwork's 10d79e6 evaluation (tuner/evals/clockwork/v10d79e6.py) against the engine's own data.
 
 Reference data (tests/data/spec/clockwork-head, see tests/shared.py; missing data is a failure): the
 conformance files (FEN;white_pov_eval: 10,000 standard and 5,000 DFRC self-play positions, 3,000

@@ -6,10 +6,12 @@ a parameter pair times an integer count, so the evaluation is linear in the para
 * `features(pos, acc) -> phase` adds every net feature count (White minus Black; tempo +1/-1) to the
   lazy linear accumulator with `lin_add`, and returns the integer phase 0..24;
 * `record_eval(tape, acc, pos) -> value index` = features, one `lin_record_pair` (one linear-
-  combination record of parameter pairs), then `record_phase(tape, pair, phase / 24)`.
+  combination record of parameter pairs), then `record_phase(tape, pair, phase / PHASE_MAX)`.
 
 The engine's integer evaluation (spec section 5: 16-bit packing, C++ truncating division) is
-`int_eval(mg, eg, phase)`; `evaluate_fen` is a Python convenience returning everything at once.
+`int_eval(mg, eg, phase)`. The rest is the package's contract (`tuner.evals.clockwork`): the
+offsets table `Pair` (`Value` is empty), `load_params`, `evaluate_positions`, `evaluate_fen`,
+`feature_counts`, `explain`; `evaluate_totals` adds the MG and EG totals.
 
 Implementation notes. Each side is evaluated in its own frame: Black's bitboards are mirrored
 vertically (a byte swap), so "forward" is always north and every relative rank is ``sq >> 3``. All

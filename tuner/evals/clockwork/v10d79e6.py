@@ -29,7 +29,7 @@ Two forms follow from the same features:
   `record_eg_scale_by_sign` and `record_phase`. Every choice that depends on parameter values
   (signs of eg, the clamp, the strong side) happens inside those ops at each sweep.
 
-Implementation notes. Each side is evaluated in its own frame, as in `tuner.evals.clockwork`:
+Implementation notes. Each side is evaluated in its own frame, as in `cde2ced`:
 Black's bitboards are mirrored vertically, so "forward" is north and relative ranks are ``sq >>
 3``; ``scratch.board[s, OWN|THEM, type]`` holds the pieces seen from side s (s = 0 White, 1
 Black). Attack sets are computed once per piece, piece type by piece type for both sides (rooks
@@ -177,9 +177,11 @@ US = WHITE               # in a side's own frame its pawns move like White's (no
 OPPONENT = BLACK         # ... and the other side's like Black's (south)
 
 # Per piece type (pawn..queen): PSQT offset (pawn rows start at rank 2), mobility offset (pawns
-# have none), phase weight.
-_PSQT = (Pair.PAWN_PSQT - RANK_SQUARES * RANK_2, Pair.KNIGHT_PSQT, Pair.BISHOP_PSQT, Pair.ROOK_PSQT, Pair.QUEEN_PSQT)
-_MOBILITY = (-1, Pair.KNIGHT_MOBILITY, Pair.BISHOP_MOBILITY, Pair.ROOK_MOBILITY, Pair.QUEEN_MOBILITY)
+# have none), phase weight. Tuples of ints, indexed by type at run time.
+_PSQT = tuple(int(g) for g in (Pair.PAWN_PSQT - RANK_SQUARES * RANK_2, Pair.KNIGHT_PSQT,
+                               Pair.BISHOP_PSQT, Pair.ROOK_PSQT, Pair.QUEEN_PSQT))
+_MOBILITY = tuple(int(g) for g in (-1, Pair.KNIGHT_MOBILITY, Pair.BISHOP_MOBILITY,
+                                   Pair.ROOK_MOBILITY, Pair.QUEEN_MOBILITY))
 PHASE_WEIGHTS = (0, 1, 1, 2, 4)
 N_MEN_TYPES = 5          # pawn..queen: the types with material, PSQT rows and ring attacks
 N_TYPES = 6              # pawn..king
