@@ -10,18 +10,16 @@ docs/evaluations.md), built from:
   Anything non-linear is recorded with the other ops of `tuner.tape.ops`, never computed with a
   branch on parameter values (a recorded tape must stay valid for any parameters);
 * ``record_batch``: the three-line loop below, written in each evaluation module so that Numba
-  can cache the compiled trainer;
-* its name: a built-in evaluation takes the one it is registered under in `tuner.evals.EVALUATIONS`
-  (`registered_name`); a module of your own names itself, ``Evaluation("mine", ...)``.
+  can cache the compiled trainer.
 
 The working memory ``record_eval`` takes (here ``acc``) is a linear accumulator over the registry's
 pairs unless the `Evaluation` is given a ``new_scratch`` making something else (see
 `tuner.evals.clockwork.v10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
 export as C++ in the generic array form) is generic.
 
-A config names it ``[evaluation] name = "material"``; a module of your own outside the package is
-named by its module path or file path instead (docs/tutorial.md). Being linear, this one trains
-by record-once replay.
+A config names it ``[evaluation] name = "material"``, its registered name (`registered_name`); a
+module of your own names itself, ``Evaluation("mine", ...)``, and is named by its module path or
+file path (docs/tutorial.md). Being linear, this one trains by record-once replay.
 """
 from __future__ import annotations
 
