@@ -149,7 +149,8 @@ def test_no_function_of_the_package_takes_more_than_8_parameters():
     for path in files:
         for fn in _functions(path):
             a = fn.args
-            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+            n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg)
+                 + bool(a.kwarg))
             if n > MAX_PARAMETERS:
                 wide.append(f"{path.name}:{fn.lineno} {getattr(fn, 'name', 'lambda')} ({n})")
     assert not wide

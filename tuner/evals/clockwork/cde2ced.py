@@ -45,9 +45,9 @@ from tuner.tape import lin_add, lin_clear, lin_record_pair, new_accumulator, rec
 from .. import CPP_CLOCKWORK, Evaluation, registered_name
 from ..export import round_params
 from ..registry import ParamRegistry
-from .common import (PHASE_MAX, RANKS_2_3, RANKS_4_6, U64, Counts, Evaluated, Layout, Params,
-                     TABLE_HEAD, add_nonzero, check_domain, fmt_pair, group_rows, pack_score,
-                     positions_array, s16, score_eg, score_mg, trunc_div)
+from .common import (PHASE_MAX, RANKS_2_3, RANKS_4_6, TABLE_HEAD, U0, U1, U8, U64, Counts,
+                     Evaluated, Layout, Params, add_nonzero, check_domain, fmt_pair, group_rows,
+                     pack_score, positions_array, s16, score_eg, score_mg, trunc_div)
 
 
 PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "params", "clockwork.json")
@@ -123,17 +123,13 @@ PAIR_OFFSETS = LAYOUT.pair_offsets()
 VALUE_OFFSETS = LAYOUT.value_offsets()
 
 # ---------------------------------------------------------------------------------------------
-# Bitboard constants (np.uint64 so that numba never promotes to float).
-
-_0 = U64(0)
-_1 = U64(1)
-_8 = U64(8)
+# Bitboard helpers (uint64 throughout, so that numba never promotes to float).
 
 
 @njit(**INLINE)
 def _bit(bb, sq):
     """1 if square sq is in bb, else 0 (int64)."""
-    return np.int64((U64(bb) >> U64(sq)) & _1)
+    return np.int64((U64(bb) >> U64(sq)) & U1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +160,7 @@ def _pieces(acc, sign, us, them):
 
     pa = pawn_attacks_set(P, 0)          # our pawn attacks (our pawns move north)
     opa = pawn_attacks_set(oP, 1)        # their pawn attacks
-    blocked = P & (occ >> _8)
+    blocked = P & (occ >> U8)
     mob_mask = ~(blocked | (P & RANKS_2_3) | opa)
     ring = king_attacks(oksq) | oK
     chk_n = knight_attacks(oksq)
@@ -178,16 +174,16 @@ def _pieces(acc, sign, us, them):
     bb = P
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         lin_add(acc, Pair.PAWN_PSQT + (s ^ x) - 8, sign)
 
     checkers = np.int64(0)
 
-    att_n = _0
+    att_n = U0
     bb = N
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         a = knight_attacks(s)
         att_n |= a
         lin_add(acc, Pair.KNIGHT_PSQT + (s ^ x), sign)
@@ -198,11 +194,11 @@ def _pieces(acc, sign, us, them):
     blocked_central = popcount(blocked & CENTRAL_FILES)
     n_light = min(8, popcount(P & LIGHT_SQUARES))
     n_dark = min(8, popcount(P & DARK_SQUARES))
-    att_b = _0
+    att_b = U0
     bb = B
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         a = bishop_attacks(s, occ)
         att_b |= a
         lin_add(acc, Pair.BISHOP_PSQT + (s ^ x), sign)
@@ -216,7 +212,7 @@ def _pieces(acc, sign, us, them):
     bb = R
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         a = rook_attacks(s, occ)
         lin_add(acc, Pair.ROOK_PSQT + (s ^ x), sign)
         lin_add(acc, Pair.ROOK_MOBILITY + popcount(a & mob_mask), sign)
@@ -226,7 +222,7 @@ def _pieces(acc, sign, us, them):
     bb = Q
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         a = rook_attacks(s, occ) | bishop_attacks(s, occ)
         lin_add(acc, Pair.QUEEN_PSQT + (s ^ x), sign)
         lin_add(acc, Pair.QUEEN_MOBILITY + popcount(a & mob_mask), sign)
@@ -252,7 +248,7 @@ def _pieces(acc, sign, us, them):
     add_nonzero(acc, Pair.BISHOP_THREAT_QUEEN, sign * popcount(att_b & oQ))
 
     # Pawn push threats: single pushes to empty squares, then the pushed pawn's attacks.
-    pushed = (P << _8) & ~occ
+    pushed = (P << U8) & ~occ
     t = pawn_attacks_set(pushed, 0)
     add_nonzero(acc, Pair.PAWN_PUSH_THREAT_KNIGHT, sign * popcount(t & oN))
     add_nonzero(acc, Pair.PAWN_PUSH_THREAT_BISHOP, sign * popcount(t & oB))
@@ -283,14 +279,14 @@ def _pawns(acc, sign, us, them):
     ksq = lsb(K) & 63
     oksq = lsb(oK) & 63
 
-    add_nonzero(acc, Pair.DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
+    add_nonzero(acc, Pair.DOUBLED_PAWN_VAL, sign * popcount(P & (P << U8)))
 
-    span = south_fill(oP >> _8)
+    span = south_fill(oP >> U8)
     span |= east(span) | west(span)
     bb = P & ~span
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         i = (s >> 3) - 1
         q = s + 8
         lin_add(acc, Pair.PASSED_PAWN + i, sign)
@@ -305,14 +301,14 @@ def _pawns(acc, sign, us, them):
     bb = P & east(P)                       # pawns with an own pawn immediately west
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         lin_add(acc, Pair.PAWN_PHALANX + (s >> 3) - 1, sign)
 
     pa = pawn_attacks_set(P, 0)
     bb = P & pa
     while bb:
         s = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         lin_add(acc, Pair.DEFENDED_PAWN + (s >> 3) - 2, sign)
 
 
@@ -327,7 +323,7 @@ def features(pos, acc):
     rooks = U64(pos[5])
     queens = U64(pos[6])
     kings = U64(pos[7])
-    stm = np.int64(U64(pos[8]) & _1)
+    stm = np.int64(U64(pos[8]) & U1)
 
     w = Men(white & pawns, white & knights, white & bishops, white & rooks, white & queens,
             white & kings)

@@ -28,12 +28,17 @@ from tuner.tape import lin_add
 
 from ..registry import ParamRegistry
 
-__all__ = ["PHASE_MAX", "U64", "RANKS_2_3", "RANKS_4_6", "RANKS_1_5", "s16", "pack_score",
-           "add_packed", "sub_packed", "score_mg", "score_eg", "trunc_div", "add_nonzero",
-           "check_domain", "Layout", "Params", "Evaluated", "Counts", "group_rows", "fmt_pair",
-           "TABLE_HEAD", "positions_array"]
+__all__ = ["PHASE_MAX", "U64", "U0", "U1", "U8", "RANKS_2_3", "RANKS_4_6", "RANKS_1_5", "s16",
+           "pack_score", "add_packed", "sub_packed", "score_mg", "score_eg", "trunc_div",
+           "add_nonzero", "check_domain", "Layout", "Params", "Evaluated", "Counts", "group_rows",
+           "fmt_pair", "TABLE_HEAD", "positions_array"]
 
 U64 = np.uint64
+#: uint64 0, 1 and 8 (one rank's shift) for the compiled code: mixing uint64 with signed integers
+#: makes Numba promote to float64.
+U0 = U64(0)
+U1 = U64(1)
+U8 = U64(8)
 #: Relative ranks 2 and 3 of a side in its own frame (its "early" pawns).
 RANKS_2_3 = RANK_2 | RANK_3
 #: Relative ranks 4, 5, 6 (outpost squares).

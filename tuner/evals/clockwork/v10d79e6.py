@@ -67,10 +67,10 @@ from tuner.tape import (LinearAccumulator, lin_add, lin_clear,
 from .. import CPP_CLOCKWORK, Evaluation, registered_name
 from ..export import round_half_away, round_params
 from ..registry import ParamRegistry
-from .common import (PHASE_MAX, RANKS_1_5, RANKS_2_3, RANKS_4_6, TABLE_HEAD, U64, Counts,
-                     Evaluated, Layout, Params, add_nonzero, add_packed, check_domain, fmt_pair,
-                     group_rows, pack_score, positions_array, s16, score_eg, score_mg, sub_packed,
-                     trunc_div)
+from .common import (PHASE_MAX, RANKS_1_5, RANKS_2_3, RANKS_4_6, TABLE_HEAD, U0, U1, U8, U64,
+                     Counts, Evaluated, Layout, Params, add_nonzero, add_packed, check_domain,
+                     fmt_pair, group_rows, pack_score, positions_array, s16, score_eg, score_mg,
+                     sub_packed, trunc_div)
 
 
 PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "params",
@@ -281,11 +281,8 @@ T_VALUES = 3
 TABLE_ROW = T_VALUES + TABLE_SIZE
 
 # ---------------------------------------------------------------------------------------------
-# Bitboard constants and tables (np.uint64 so that numba never promotes to float).
+# Bitboard tables (np.uint64 so that numba never promotes to float).
 
-_0 = U64(0)
-_1 = U64(1)
-_8 = U64(8)
 FLANK_FIRST_FILE = (0, 0, 0, 2, 2, 4, 4, 4)  # by king file: a-c -> a-d, d-e -> c-f, f-h -> e-h
 FLANK_FILES = 4
 EXTENDED_RING_RADIUS = 2
@@ -380,8 +377,8 @@ def _load(pos, board, sets):
         sets[s, SET_ANY] = pa | ka
         sets[s, SET_ANY2] = (west_att & east_att) | (pa & ka)
         for t in range(KNIGHT, KING):
-            sets[s, t] = _0
-        blocked = P & (occ >> _8)
+            sets[s, t] = U0
+        blocked = P & (occ >> U8)
         sets[s, SET_BLOCKED] = blocked
         sets[s, SET_AREA] = ~(blocked | (P & RANKS_2_3)
                               | pawn_attacks_set(board[s, THEM, PAWN], OPPONENT))
@@ -405,14 +402,14 @@ def _piece_terms(lin, board, sets, s, t, chk):
     queens = board[s, OWN, QUEEN] | board[s, THEM, QUEEN]
     blocked_central = popcount(sets[s, SET_BLOCKED] & CENTRAL_FILES)
     x = _psqt_mirror(lsb(board[s, OWN, KING]))
-    union = _0
+    union = U0
     anyset = sets[s, SET_ANY]
     any2 = sets[s, SET_ANY2]
     checkers = np.int64(0)
     bb = board[s, OWN, t]
     while bb:
         sq = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         a = piece_attacks(t, US, sq, occ)
         union |= a
         any2 |= anyset & a
@@ -427,7 +424,7 @@ def _piece_terms(lin, board, sets, s, t, chk):
             n = min(FULL_PAWNS, popcount(P & same_colour))
             undefended = 1 - np.int64(test_bit(sets[s, PAWN], sq))
             add_nonzero(lin, Pair.BISHOP_PAWNS + n, sign * (undefended + blocked_central))
-            add_nonzero(lin, Pair.BISHOP_XRAY_PAWNS, sign * popcount(bishop_attacks(sq, _0) & oP))
+            add_nonzero(lin, Pair.BISHOP_XRAY_PAWNS, sign * popcount(bishop_attacks(sq, U0) & oP))
         elif t == ROOK:
             add_nonzero(lin, Pair.ROOK_LINEUP, sign * popcount(file_mask(file_of(sq)) & queens))
     sets[s, t] = union
@@ -448,25 +445,25 @@ def _pawns(lin, board, sets, s):
     oksq = lsb(board[s, THEM, KING])
     their_attacks = _other(sets, s, SET_ANY)
 
-    add_nonzero(lin, Pair.DOUBLED_PAWN_VAL, sign * popcount(P & (P << _8)))
+    add_nonzero(lin, Pair.DOUBLED_PAWN_VAL, sign * popcount(P & (P << U8)))
     files = file_fill(P)
     add_nonzero(lin, Pair.ISOLATED_PAWN_VAL, sign * popcount(P & ~(east(files) | west(files))))
 
-    stoppers = south_fill(oP >> _8)      # squares with an enemy pawn ahead on their file...
+    stoppers = south_fill(oP >> U8)      # squares with an enemy pawn ahead on their file...
     stoppers |= east(stoppers) | west(stoppers)  # ... or on an adjacent one
     passers = np.int64(0)
     bb = P & ~stoppers
     while bb:
         sq = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         passers += 1
         i = rank_of(sq) - RANK_2
         q = sq + RANK_SQUARES
-        ahead = north_fill(_1 << U64(q))
+        ahead = north_fill(U1 << U64(q))
         lin_add(lin, Pair.PASSED_PAWN + i, sign)
-        if ((ahead | east(ahead) | west(ahead)) & their_attacks) == _0:
+        if ((ahead | east(ahead) | west(ahead)) & their_attacks) == U0:
             lin_add(lin, Pair.PASSED_CLEAR_STOPPERS + i, sign)
-        elif (ahead & their_attacks) == _0:
+        elif (ahead & their_attacks) == U0:
             lin_add(lin, Pair.PASSED_CLEAR_FORWARD + i, sign)
         elif (count_attackers(q, occ, US, P, board[s, OWN, KNIGHT], board[s, OWN, BISHOP],
                               board[s, OWN, ROOK], board[s, OWN, QUEEN], board[s, OWN, KING])
@@ -482,12 +479,12 @@ def _pawns(lin, board, sets, s):
     bb = P & east(P)                       # pawns with an own pawn immediately west
     while bb:
         sq = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         lin_add(lin, Pair.PAWN_PHALANX + rank_of(sq) - RANK_2, sign)
     bb = P & sets[s, PAWN]
     while bb:
         sq = lsb(bb)
-        bb &= bb - _1
+        bb &= bb - U1
         lin_add(lin, Pair.DEFENDED_PAWN + rank_of(sq) - RANK_3, sign)
     return passers
 
@@ -502,7 +499,7 @@ def _threats(lin, board, sets, s):
     theirs = _other(sets, s, SET_ANY)
     their_pawn_attacks = _other(sets, s, PAWN)
     oP = board[s, THEM, PAWN]
-    their_men = _0
+    their_men = U0
     for t in range(N_TYPES):
         their_men |= board[s, THEM, t]
     non_pawn = their_men & ~oP
@@ -514,13 +511,13 @@ def _threats(lin, board, sets, s):
     for t in range(N_TYPES):
         add_nonzero(lin, Pair.MINOR_THREAT + t, sign * popcount(minor_targets & board[s, THEM, t]))
         add_nonzero(lin, Pair.ROOK_THREAT + t, sign * popcount(rook_targets & board[s, THEM, t]))
-    add_nonzero(lin, Pair.KING_THREAT, sign * np.int64((weak & sets[s, KING]) != _0))
+    add_nonzero(lin, Pair.KING_THREAT, sign * np.int64((weak & sets[s, KING]) != U0))
     hanging = weak & (~theirs | (non_pawn & ours2))
     add_nonzero(lin, Pair.HANGING_PAWN, sign * popcount(hanging & oP))
     add_nonzero(lin, Pair.HANGING_NON_PAWN, sign * popcount(hanging & non_pawn))
     add_nonzero(lin, Pair.RESTRICTED_SQUARES, sign * popcount(ours & ~strong & theirs))
 
-    pushed = (board[s, OWN, PAWN] << _8) & ~sets[s, SET_OCC]
+    pushed = (board[s, OWN, PAWN] << U8) & ~sets[s, SET_OCC]
     push_attacks = pawn_attacks_set(pushed, US)
     for t in range(KNIGHT, KING):
         add_nonzero(lin, Pair.PAWN_THREAT_KNIGHT + t - KNIGHT,
@@ -531,13 +528,13 @@ def _threats(lin, board, sets, s):
     their_queens = board[s, THEM, QUEEN]
     if popcount(their_queens) == 1:
         qsq = lsb(their_queens)
-        imbalance = np.int64(board[s, OWN, QUEEN] == _0)
+        imbalance = np.int64(board[s, OWN, QUEEN] == U0)
         safe = sets[s, SET_AREA] & ~board[s, OWN, PAWN] & ~strong
         add_nonzero(lin, Pair.KNIGHT_ON_QUEEN + imbalance,
                     sign * popcount(knight_attacks(qsq) & sets[s, KNIGHT] & safe))
         safe &= ours2
         queen_attacks = _other(sets, s, QUEEN)
-        diagonal = queen_attacks & bishop_attacks(qsq, _0)
+        diagonal = queen_attacks & bishop_attacks(qsq, U0)
         add_nonzero(lin, Pair.BISHOP_ON_QUEEN + imbalance,
                     sign * popcount(diagonal & sets[s, BISHOP] & safe))
         add_nonzero(lin, Pair.ROOK_ON_QUEEN + imbalance,
@@ -556,7 +553,7 @@ def _files_and_outposts(lin, board, sets, s):
     their_files = file_fill(oP)
     add_nonzero(lin, Pair.ROOK_OPEN_VAL, sign * popcount(R & ~(own_files | their_files)))
     add_nonzero(lin, Pair.ROOK_SEMIOPEN_VAL, sign * popcount(R & ~own_files & their_files))
-    add_nonzero(lin, Pair.MINOR_BEHIND_PAWN, sign * popcount((minors << _8) & (P | oP)))
+    add_nonzero(lin, Pair.MINOR_BEHIND_PAWN, sign * popcount((minors << U8) & (P | oP)))
     # outposts: squares no enemy pawn can ever attack (their attack span)
     viable = RANKS_4_6 & sets[s, PAWN] & ~pawn_attacks_set(south_fill(oP), OPPONENT)
     add_nonzero(lin, Pair.OUTPOST_KNIGHT_VAL, sign * popcount(board[s, OWN, KNIGHT] & viable))
@@ -568,7 +565,7 @@ def _files_and_outposts(lin, board, sets, s):
 def _king_safety(acc, board, sets, s):
     """The king-attack terms of side s's king (s defends), all with coefficient +count."""
     ksq = lsb(board[s, OWN, KING])
-    ring = king_attacks(ksq) | (_1 << U64(ksq))
+    ring = king_attacks(ksq) | (U1 << U64(ksq))
     outer = EXTENDED_RING[ksq] & ~ring
     for t in range(N_MEN_TYPES):
         a = _other(sets, s, t)
@@ -581,22 +578,22 @@ def _king_safety(acc, board, sets, s):
     add_nonzero(acc, Pair.KS_FLANK_DOUBLE_ATTACK, popcount(_other(sets, s, SET_ANY2) & flank))
 
     # shelter and storm: pawns on or ahead of the king's rank, on the three files around it
-    level = ~((_1 << U64(RANK_SQUARES * rank_of(ksq))) - _1)
+    level = ~((U1 << U64(RANK_SQUARES * rank_of(ksq))) - U1)
     ours = board[s, OWN, PAWN] & level & ~_other(sets, s, PAWN)
     theirs = board[s, THEM, PAWN] & level
     centre = min(max(file_of(ksq), SHELTER_FIRST_CENTRE), SHELTER_LAST_CENTRE)
     for f in range(centre - 1, centre + 2):
         fm = file_mask(f)
         # the pawn nearest the king's side of the board (lowest rank), 0 if none
-        our_rank = rank_of(lsb(ours & fm)) if (ours & fm) != _0 else 0
-        their_rank = rank_of(lsb(theirs & fm)) if (theirs & fm) != _0 else 0
+        our_rank = rank_of(lsb(ours & fm)) if (ours & fm) != U0 else 0
+        their_rank = rank_of(lsb(theirs & fm)) if (theirs & fm) != U0 else 0
         edge = min(f, LAST_FILE - f)
         lin_add(acc, Pair.KING_SHELTER + SHELTER_RANKS * edge + our_rank, 1)
         if our_rank != 0 and our_rank == their_rank - 1:
             lin_add(acc, Pair.BLOCKED_SHELTER_STORM + their_rank, 1)
         else:
             lin_add(acc, Pair.SHELTER_STORM + SHELTER_RANKS * edge + their_rank, 1)
-    add_nonzero(acc, Pair.KS_NO_QUEEN, np.int64(board[s, THEM, QUEEN] == _0))
+    add_nonzero(acc, Pair.KS_NO_QUEEN, np.int64(board[s, THEM, QUEEN] == U0))
 
 
 @njit(**INLINE)
@@ -639,7 +636,7 @@ def features(pos, scratch):
         add_nonzero(lin, Pair.PAWN_MAT + t, nw - nb)
         phase_w += PHASE_WEIGHTS[t] * nw
         phase_b += PHASE_WEIGHTS[t] * nb
-    lin_add(lin, Pair.TEMPO_VAL, _sign(pos[W_META] & _1))   # + if White is to move
+    lin_add(lin, Pair.TEMPO_VAL, _sign(pos[W_META] & U1))   # + if White is to move
 
     for s in range(2):      # pawn PSQT and king PSQT
         sign = _sign(s)
@@ -648,7 +645,7 @@ def features(pos, scratch):
         bb = board[s, OWN, PAWN]
         while bb:
             sq = lsb(bb)
-            bb &= bb - _1
+            bb &= bb - U1
             lin_add(lin, _PSQT[PAWN] + (sq ^ x), sign)
         lin_add(lin, Pair.KING_PSQT + (ksq ^ x), sign)
 
