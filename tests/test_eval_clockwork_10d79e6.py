@@ -1,4 +1,4 @@
-"""Clockwork's 10d79e6 evaluation (tuner/evals/clockwork_10d79e6.py) against the engine's own data.
+"""Clockwork's 10d79e6 evaluation (tuner/evals/clockwork/v10d79e6.py) against the engine's own data.
 
 Reference data (tests/data/spec/clockwork-head, see tests/shared.py; missing data is a failure): the
 conformance files (FEN;white_pov_eval: 10,000 standard and 5,000 DFRC self-play positions, 3,000
@@ -62,7 +62,7 @@ def _tape(pairs=None, values=None, positions=1):
 
 
 def _value(tape, k):
-    return ev._arena(tape).val[k]
+    return tape.arena.val[k]
 
 
 # ----------------------------------------------------------------------------------- engine data
@@ -96,7 +96,7 @@ def test_grad_vectors_gradients(vectors):
     relative (1e-9 absolute near zero), on all 4,024 positions."""
     tape = _tape()
     scratch = ev.new_scratch()
-    arena = ev._arena(tape)
+    arena = tape.arena
     matched = 0
     for i in range(len(vectors["fens"])):
         reset(tape)
@@ -123,7 +123,7 @@ def _steps(fen, pairs=None, values=None):
     tape = _tape(pairs, values)
     scratch = ev.new_scratch()
     k = ev.record_eval(tape, scratch, parse_fen(fen))
-    arena = ev._arena(tape)
+    arena = tape.arena
     return tape, k, {name: arena.pair_val[scratch.steps[idx]].copy()
                      for name, idx in (("s", ev.REC_S), ("win", ev.REC_WIN))}
 
@@ -149,7 +149,7 @@ def test_gradient_finite_differences():
         tape, k, _ = _steps(fen)
         zero_grad(tape)
         backward(tape, k)
-        arena = ev._arena(tape)
+        arena = tape.arena
         grad, vgrad = arena.pair_grad[:ev.N_PAIRS].copy(), arena.val_grad[:ev.N_VALUES].copy()
         counts = ev.feature_counts(parse_fen(fen).reshape(1, 9))
         used = np.nonzero(np.abs(counts[0][0]) + np.abs(counts[1][0]) + np.abs(counts[2][0]))[0]
@@ -186,8 +186,8 @@ def test_replay_with_other_parameters_decides_again(vectors):
             p = base_p * rng.uniform(0.5, 1.5, base_p.shape)
             p[:, 1] *= -1 if trial == 0 else 1      # mirror every eg value: eg changes sign
             v = base_v * rng.uniform(0.0, 3.0, base_v.shape)
-            ev._arena(tape).pair_val[:ev.N_PAIRS] = p
-            ev._arena(tape).val[:ev.N_VALUES] = v
+            tape.arena.pair_val[:ev.N_PAIRS] = p
+            tape.arena.val[:ev.N_VALUES] = v
             forward(tape)
             fresh, k2, st = _steps(fen, p, v)
             assert _value(tape, k) == pytest.approx(_value(fresh, k2), rel=1e-12, abs=1e-9), fen

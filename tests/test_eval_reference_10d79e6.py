@@ -1,5 +1,5 @@
 """The plain-Python reference of Clockwork's 10d79e6 evaluation (tests/reference_clockwork_10d79e6.py)
-against the engine's own data, and the compiled evaluation (tuner.evals.clockwork_10d79e6) against
+against the engine's own data, and the compiled evaluation (tuner.evals.clockwork.v10d79e6) against
 the reference on positions the shared data does not contain: random games that prefer promotions
 and pawn pushes (extra queens, three bishops, ...), from tests/test_eval_reference.py's generator."""
 import json

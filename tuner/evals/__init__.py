@@ -31,12 +31,15 @@ from tuner.tape import new_accumulator
 from tuner.tape.ops import E_OPERAND_LIST, index_error
 from tuner.tape.player import position_ranges
 
+from .clockwork import EVALUATIONS as CLOCKWORK_EVALUATIONS
 from .registry import ParamRegistry
 
-#: Registered evaluation name -> module implementing it.
-EVALUATIONS = {"clockwork": "tuner.evals.clockwork",
-               "clockwork-10d79e6": "tuner.evals.clockwork_10d79e6",
-               "material": "tuner.evals.material"}
+#: The material evaluation's entry (a module, not a package, so declared here).
+MATERIAL_EVALUATIONS = {"material": f"{__name__}.material"}
+
+#: Registered evaluation name -> module implementing it, from the packages' declarations (each
+#: evaluation module takes its `Evaluation`'s name from here, `registered_name`).
+EVALUATIONS = {**CLOCKWORK_EVALUATIONS, **MATERIAL_EVALUATIONS}
 #: The module attribute holding an evaluation module's `Evaluation`.
 ATTRIBUTE = "EVALUATION"
 #: C++ export styles (`tuner.evals.export`): Clockwork's ``eval_constants.hpp`` (in the layout of
@@ -165,6 +168,15 @@ class Evaluation:
         this evaluation's export style."""
         from .export import to_cpp_style
         return to_cpp_style(self.cpp, registry, values, value_values, self.name)
+
+
+def registered_name(module: str) -> str:
+    """The name under which the module `module` (its ``__name__``) is registered in
+    `EVALUATIONS`: what a built-in evaluation's `Evaluation` is called."""
+    for name, path in EVALUATIONS.items():
+        if path == module:
+            return name
+    raise ValueError(f"module {module} is not a registered evaluation")
 
 
 def _layout(registry: ParamRegistry) -> list:

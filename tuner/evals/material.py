@@ -14,12 +14,12 @@ docs/evaluations.md), built from:
 
 The working memory ``record_eval`` takes (here ``acc``) is a linear accumulator over the registry's
 pairs unless the `Evaluation` is given a ``new_scratch`` making something else (see
-`tuner.evals.clockwork_10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
+`tuner.evals.clockwork.v10d79e6`). Everything else (`tuner eval` and its ``--breakdown``, the
 export as C++ in the generic array form) is generic.
 
-A config names it ``[evaluation] name = "material"``; a module of your own outside the package is
-named by its module path or file path instead (docs/tutorial.md). Being linear, this one trains
-by record-once replay.
+A config names it ``[evaluation] name = "material"``, its registered name (`registered_name`); a
+module of your own names itself, ``Evaluation("mine", ...)``, and is named by its module path or
+file path (docs/tutorial.md). Being linear, this one trains by record-once replay.
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ from numba import njit
 from tuner.jit import JIT
 
 from tuner.chess.bitboard import popcount
-from tuner.chess.position import W_BLACK, W_META, W_PAWN, W_WHITE, phase
+from tuner.chess.position import PHASE_MAX, W_BLACK, W_META, W_PAWN, W_WHITE, phase
 from tuner.tape import lin_add, lin_record_pair, record_phase
 
-from . import Evaluation
+from . import Evaluation, registered_name
 from .registry import ParamRegistry
 
 PARAMS_PATH = os.path.join(os.path.dirname(__file__), "params", "material.json")
@@ -60,7 +60,7 @@ def features(pos, acc):
 def record_eval(tape, acc, pos):
     """Record the continuous White-POV evaluation of `pos`; its value index."""
     ph = features(pos, acc)
-    return record_phase(tape, lin_record_pair(tape, acc), ph / 24)
+    return record_phase(tape, lin_record_pair(tape, acc), ph / PHASE_MAX)
 
 
 @njit(**JIT)
@@ -70,4 +70,4 @@ def record_batch(tape, acc, positions, rows, out):
         out[i] = record_eval(tape, acc, positions[rows[i]])
 
 
-EVALUATION = Evaluation("material", registry(), record_eval, record_batch)
+EVALUATION = Evaluation(registered_name(__name__), registry(), record_eval, record_batch)
