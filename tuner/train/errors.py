@@ -1,0 +1,6 @@
+"""The error of a training run that cannot start or continue."""
+from __future__ import annotations
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start or continue; the message says why and what was kept."""
