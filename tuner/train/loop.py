@@ -151,6 +151,8 @@ class Run:
     epoch = property(lambda self: self.state.epoch, doc="Epochs completed.")
     history = property(lambda self: self.state.history, doc="The loss history.")
     best_epoch = property(lambda self: self.state.best_epoch, doc="The best epoch (0: none).")
+    best_val = property(lambda self: self.state.best_val, doc="Its validation loss.")
+    best_theta = property(lambda self: self.state.best_theta, doc="Its parameters.")
 
     @property
     def params(self) -> np.ndarray:
