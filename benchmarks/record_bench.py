@@ -23,7 +23,7 @@ from eval_bench import DEFAULT_DATA, load_positions, timeit  # noqa: E402
 
 from tuner.evals import get_evaluation  # noqa: E402
 from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
-from tuner.train.record import new_training_tape, record_positions  # noqa: E402
+from tuner.train.record import Labelled, new_training_tape, record_positions  # noqa: E402
 
 EVALUATIONS = ("clockwork", "clockwork-10d79e6")
 K = 1 / 400
@@ -34,10 +34,10 @@ def record_all(ev, positions, results, micro, state):
     n = len(positions)
     slots = np.zeros((2, micro), np.int64)
     rows = np.arange(n, dtype=np.int64)
+    batch = Labelled(positions, results, K, F_SIGMOID_SQ_ERR)
     for lo in range(0, n, micro):
         hi = min(n, lo + micro)
-        state[0], state[1] = record_positions(ev, state[0], state[1], positions, results,
-                                              rows[lo:hi], K, F_SIGMOID_SQ_ERR,
+        state[0], state[1] = record_positions(ev, state[0], state[1], batch, rows[lo:hi],
                                               slots[:, : hi - lo])
 
 

@@ -26,7 +26,7 @@ from tuner.evals import get_evaluation
 from tuner.tape.player import store_len, store_nbytes
 from tuner.train.bench import CPP_BENCH_POSITIONS, tiled_data
 from tuner.train.record import record_store
-from tuner.train.workers import Workers
+from tuner.train.workers import ReplaySource, Workers
 
 #: Bytes of the arrays the machine measurements sweep (well beyond the last-level cache).
 PROBE_BYTES = 1 << 30
@@ -88,7 +88,7 @@ def epoch_seconds(workers, data, rng, theta):
     order = rng.permutation(len(data.results))
     t0, c0 = time.perf_counter(), time.process_time()
     for b in range(0, len(order), BATCH):
-        workers.loss_grad(theta, data.positions, data.results, order[b: b + BATCH], 1 / 400)
+        workers.loss_grad(theta, order[b: b + BATCH])
     return time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -97,16 +97,16 @@ def in_cache_ns(ev, data, n_cache, repeat, specialised=True):
     or the interpreter) on a store small enough to stay in cache, played in store order."""
     small = record_store(ev, data.positions[:n_cache], data.results[:n_cache], 1 / 400, 1)
     reg = ev.registry
-    w = Workers(ev, 1, MICRO, n_cache, store=small, specialised=specialised)
+    w = Workers(ReplaySource(small, specialised=specialised), 1, MICRO, n_cache)
     theta = np.full(2 * reg.n_params + reg.n_values, 1.0)
     rows = np.arange(n_cache)
-    w.loss_grad(theta, data.positions, data.results, rows, 1 / 400)
+    w.loss_grad(theta, rows)
     reps = max(1, 2_000_000 // n_cache)
     times = []
     for _ in range(repeat):  # this thread's CPU time: the other processes' share is not ours
         t0 = time.thread_time()
         for _ in range(reps):
-            w.loss_grad(theta, data.positions, data.results, rows, 1 / 400)
+            w.loss_grad(theta, rows)
         times.append((time.thread_time() - t0) / (reps * n_cache))
     return statistics.median(times) * 1e9
 
@@ -158,7 +158,7 @@ def main():
             variants = [("store order", True)] + [("shuffled", False)] * a.shuffled
             got = {}
             for label, sort in variants:
-                w = Workers(ev, t, MICRO, BATCH, store=store, in_store_order=sort)
+                w = Workers(ReplaySource(store), t, MICRO, BATCH, in_store_order=sort)
                 epoch_seconds(w, data, rng, theta)  # warm up
                 runs = [epoch_seconds(w, data, rng, theta) for _ in range(a.repeat)]
                 got[label] = tuple(statistics.median(x) for x in zip(*runs))

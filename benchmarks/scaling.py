@@ -21,14 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.compiling import CompileWatch
 from tuner.tape.player import store_len, store_nbytes
 from tuner.train.bench import SAMPLE, sample_table, write_tiled_parquet
 from tuner.train.config import validate
 from tuner.train.loop import Run
-from tuner.train.stream import stream_data
-from tuner.train.warmup import warm_positions
-from tuner.train.workers import Workers
+from tuner.train.workers import ReplaySource, Workers
 
 BATCH = 262_144
 MICRO = 1024
@@ -49,16 +46,16 @@ def child(evaluation: str, path: str, epochs: int) -> None:
                                  "micro_batch_size": MICRO, "threads": RECORD_THREADS}}, "bench")
     with tempfile.TemporaryDirectory() as tmp:
         run = Run(cfg, Path(tmp), log=lambda line: None)
-        run.prepare(CompileWatch(), warm_positions(), None)  # as `tuner train`: before the load
+        prep = run.preparation()
+        prep.warm(None)  # as `tuner train`: before the load (K is known: nothing to fit)
         t0 = time.perf_counter()
-        data, store = stream_data(run, lambda sample: None)  # K is known: nothing to fit
+        data, store = prep.stream()
         t2 = time.perf_counter()
         n = store_len(store)
         for threads in THREADS:
-            workers = Workers(run.evaluation, threads, MICRO, min(BATCH, n), store=store)
-            workers.loss_grad(run.theta, None, None, data.train[:MICRO],
-                              K)  # compiled (or loaded from the cache) untimed
-            secs = [run.run_epoch(data, None, workers)["seconds"] for _ in range(epochs)]
+            workers = Workers(ReplaySource(store), threads, MICRO, min(BATCH, n))
+            workers.loss_grad(run.theta, data.train[:MICRO])  # compiled (or loaded) untimed
+            secs = [run.run_epoch(data, workers)["seconds"] for _ in range(epochs)]
             workers.close()
             med = statistics.median(secs)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -24,7 +24,7 @@ from tuner.tape.specialise import (CALLS, MAX_TEMPLATES, NO_BLOCK, player_source
                                    specialise)
 from tuner.train.kernels import replay_chunks
 from tuner.train.record import record_store
-from tuner.train.workers import Workers
+from tuner.train.workers import ReplaySource, Workers
 
 from test_tape_graphs import N_PP, N_VP, OPS, make_plan
 from test_tape_player import assert_same_bits, fresh_arena, record_positions
@@ -131,9 +131,9 @@ def test_workers_give_the_same_bits_with_a_specialised_player(tiny, name):
     order = np.random.default_rng(2).permutation(len(results))[:2500]
     got = []
     for specialised in (False, True):
-        w = Workers(ev, 2, 128, len(order), store=store, specialised=specialised)
-        assert (w.replay_chunks is replay_chunks) != specialised
-        sse, grad = w.loss_grad(theta, positions, results, order, 1 / 400)
+        w = Workers(ReplaySource(store, specialised=specialised), 2, 128, len(order))
+        assert (w.source.replay_chunks is replay_chunks) != specialised
+        sse, grad = w.loss_grad(theta, order)
         got.append((sse, grad.copy()))
         w.close()
     assert got[0][0] == got[1][0]

@@ -357,7 +357,7 @@ def test_freeze_run_keeps_frozen_entries_exactly(tmp_path):
 
     run.run(data)                                   # epochs 0, 1: everything but the PSQTs
     p2 = run.params.copy()
-    m2, v2 = run.m.reshape(-1, 2).copy(), run.v.reshape(-1, 2).copy()  # (no value parameters)
+    m2, v2 = run.state.m.reshape(-1, 2).copy(), run.state.v.reshape(-1, 2).copy()  # (no value parameters)
     assert p2[psqt].tobytes() == init[psqt].tobytes()
     assert not m2[psqt].any() and not v2[psqt].any()
     assert p2[const].tobytes() == reg.defaults[const].tobytes()
@@ -368,7 +368,7 @@ def test_freeze_run_keeps_frozen_entries_exactly(tmp_path):
     run.run(data)                                   # epochs 2, 3: only the PSQTs
     p4 = run.params
     assert p4[~psqt].tobytes() == p2[~psqt].tobytes()
-    assert run.m.reshape(-1, 2)[~psqt].tobytes() == m2[~psqt].tobytes()
+    assert run.state.m.reshape(-1, 2)[~psqt].tobytes() == m2[~psqt].tobytes()
     assert (p4[psqt] != init[psqt]).any(axis=1).mean() > 0.9
 
 

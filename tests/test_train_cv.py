@@ -17,7 +17,7 @@ from tuner.train.cv import THETAS, CrossValidation, in_order
 from tuner.train.loop import CHECKPOINT, Run, initial_params, load_data
 from tuner.train.pull import Pull
 from tuner.train.split import fold_of, group_ids, split_by_group
-from tuner.train.workers import Workers
+from tuner.train.workers import EagerSource, Workers
 
 K = 0.0025
 
@@ -33,16 +33,15 @@ def test_pull_gradient_matches_finite_differences_of_the_objective(tiny_data):
     batch = tiny_data.train[:700]
     lam = 1e-4  # large enough that the pull is a sizeable part of the gradient
     pull = Pull(lam, theta0)
-    w = Workers(ev, 2, 64, len(batch))
+    w = Workers(EagerSource(ev, tiny_data.positions, tiny_data.results, K), 2, 64, len(batch))
     try:
         def objective(t):
-            sse, _ = w.loss_grad(t, tiny_data.positions, tiny_data.results, batch, K,
-                                 with_grad=False)
+            sse, _ = w.loss_grad(t, batch, with_grad=False)
             return sse / len(batch) + pull.value(t)
 
-        _, grad = w.loss_grad(theta, tiny_data.positions, tiny_data.results, batch, K)
+        _, grad = w.loss_grad(theta, batch)
         grad = pull.add_gradient(grad.copy(), theta)
-        data_only = w.loss_grad(theta, tiny_data.positions, tiny_data.results, batch, K)[1]
+        data_only = w.loss_grad(theta, batch)[1]
         tunable = np.flatnonzero(np.abs(data_only) > 1e-7)[:12]
         assert len(tunable) == 12
         h = 1e-3
@@ -94,10 +93,10 @@ def test_reported_training_loss_is_the_objective_with_the_pull(tmp_path, tiny_da
     one = _train(tmp_path / "one", raw, 1, tiny_data)
     raw["training"]["epochs"] = 2
     two = _train(tmp_path / "two", raw, 1, tiny_data)
-    w = Workers(one.evaluation, 1, 64, 4096)
+    w = Workers(EagerSource(one.evaluation, tiny_data.positions, tiny_data.results, K), 1, 64,
+                4096)
     try:
-        sse, _ = w.loss_grad(one.theta, tiny_data.positions, tiny_data.results, tiny_data.train,
-                             K, with_grad=False)
+        sse, _ = w.loss_grad(one.theta, tiny_data.train, with_grad=False)
     finally:
         w.close()
     term = Pull(1e-4, one.theta0).value(one.theta)

@@ -14,7 +14,7 @@ from tuner.evals import clockwork as cw
 from tuner.evals import get_evaluation
 from tuner.train.config import ConfigError, load_config, validate
 from tuner.train.loop import CHECKPOINT, Run, TrainingError, start_run
-from tuner.train.workers import Workers
+from tuner.train.workers import EagerSource, Workers
 
 #: History columns that do not depend on timing.
 EXACT = ("epoch", "train_loss", "val_loss", "lr")
@@ -64,7 +64,7 @@ def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny_data, opt):
     # tiny: 3,723 training positions = 7 full batches of 512 and one of 139 (not a multiple of 64)
     assert len(tiny_data.train) % 512 and len(tiny_data.train) % 512 % 64
     ref_run, ref_hist = _train(tmp_path, _raw(opt, "eager"), 1, tiny_data)
-    assert ref_run.step == 3 * 8
+    assert ref_run.state.step == 3 * 8
     assert np.isfinite(ref_run.params).all()
     assert ref_hist["train_loss"][-1] < ref_hist["train_loss"][0]       # it does learn
     assert (ref_run.params != 0).sum() > 500
@@ -74,8 +74,8 @@ def test_thread_count_and_mode_do_not_change_a_bit(tmp_path, tiny_data, opt):
                 continue
             run, hist = _train(tmp_path, _raw(opt, mode), threads, tiny_data)
             assert run.params.tobytes() == ref_run.params.tobytes(), (mode, threads)
-            assert run.m.tobytes() == ref_run.m.tobytes(), (mode, threads)
-            assert run.v.tobytes() == ref_run.v.tobytes(), (mode, threads)
+            assert run.state.m.tobytes() == ref_run.state.m.tobytes(), (mode, threads)
+            assert run.state.v.tobytes() == ref_run.state.v.tobytes(), (mode, threads)
             assert hist == ref_hist, (mode, threads)
 
 
@@ -99,12 +99,12 @@ def test_batch_gradient_is_thread_independent_and_correct(tiny_data):
 
     results = []
     for threads, micro in [(1, 1000), (1, 64), (2, 64), (3, 64), (2, 7)]:
-        w = Workers(ev, threads, micro, 1000)
+        w = Workers(EagerSource(ev, tiny_data.positions, tiny_data.results, k), threads, micro,
+                    1000)
         try:
-            sse, grad = w.loss_grad(params.reshape(-1), tiny_data.positions, tiny_data.results, batch, k)
+            sse, grad = w.loss_grad(params.reshape(-1), batch)
             grad = grad.reshape(-1, 2)
-            sse2, none = w.loss_grad(params.reshape(-1), tiny_data.positions, tiny_data.results, batch, k,
-                                     with_grad=False)
+            sse2, none = w.loss_grad(params.reshape(-1), batch, with_grad=False)
         finally:
             w.close()
         assert none is None and sse2 == sse
@@ -169,7 +169,7 @@ def test_resume_is_bitwise_identical(tmp_path, opt, mode, threads):
     _quiet_start(str(cfg), str(part), None, 2, threads[1]).run()
     assert int(_checkpoint(part)["epoch"]) == 2
     run = _quiet_start(None, None, str(part), 4, threads[2])
-    assert run.epoch == 2 and run.step == 2 * 8
+    assert run.epoch == 2 and run.state.step == 2 * 8
     run.run()
     _assert_same_run(full, part)
     assert "resumed from" in (part / "train.log").read_text()

@@ -150,7 +150,7 @@ def test_kill_after_the_last_checkpoint_is_repaired_on_resume(tmp_path):
     to train, brings every output up to date with the checkpoint and says so."""
     cfg = _cfg(tmp_path)
     out = tmp_path / "out"
-    proc = _subprocess(KILL_IN_METHOD, "write_params", 4, "train", "--config", cfg, "--out", out)
+    proc = _subprocess(KILL_IN_METHOD, "write_outputs", 4, "train", "--config", cfg, "--out", out)
     proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL
     ck = _checkpoint(out)

@@ -22,8 +22,8 @@ from tuner.evals import get_evaluation
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import StoreBuilder, build_store, extract
 from tuner.train.kernels import WORD_BITS, store_order
-from tuner.train.record import new_training_tape, record_positions, record_store
-from tuner.train.workers import Workers
+from tuner.train.record import Labelled, new_training_tape, record_positions, record_store
+from tuner.train.workers import EagerSource, ReplaySource, Workers
 
 K = 0.0025
 
@@ -63,16 +63,18 @@ def test_batch_gradient_does_not_depend_on_the_order_of_its_rows(tiny, name):
     seen = set()
     for threads in (1, 2):
         for st_ in (None, store):
-            w = Workers(ev, threads, 64, len(batch) + 5, store=st_)
+            source = (EagerSource(ev, tiny.positions, tiny.results, K) if st_ is None
+                      else ReplaySource(st_))
+            w = Workers(source, threads, 64, len(batch) + 5)
             try:
                 for perm_seed in (3, 4):
                     rows = np.random.default_rng(perm_seed).permutation(batch)
-                    sse, grad = w.loss_grad(theta, tiny.positions, tiny.results, rows, K)
+                    sse, grad = w.loss_grad(theta, rows)
                     seen.add((sse, grad.tobytes()))
                 # A batch naming a row twice is sorted plainly: its result is its sorted one's.
                 twice = np.concatenate([batch[:5], batch])
-                sse, grad = w.loss_grad(theta, tiny.positions, tiny.results, twice, K)
-                ref = w.loss_grad(theta, tiny.positions, tiny.results, np.sort(twice), K)
+                sse, grad = w.loss_grad(theta, twice)
+                ref = w.loss_grad(theta, np.sort(twice))
             finally:
                 w.close()
             assert np.count_nonzero(grad) > 0 and (sse, grad.tobytes()) == (ref[0],
@@ -98,8 +100,8 @@ def test_store_builder_grows_and_equals_one_build(tiny, name):
     for lo in range(0, n, micro):
         rows = np.arange(lo, min(n, lo + micro), dtype=np.int64)
         slots = np.zeros((2, len(rows)), np.int64)
-        tape, scratch = record_positions(ev, tape, scratch, tiny.positions, tiny.results, rows,
-                                         K, F_SIGMOID_SQ_ERR, slots)
+        tape, scratch = record_positions(ev, tape, scratch, Labelled(
+            tiny.positions, tiny.results, K, F_SIGMOID_SQ_ERR), rows, slots)
         chunks.append(extract(tape.rec, slots, base=lo))
     whole = build_store(chunks, reg.n_values, reg.n_params)
     for hint in (0, 1, n // 3):

@@ -248,7 +248,7 @@ def test_non_finite_result_names_its_batch(tmp_path, tiny_cfg, tiny_data):
     run = Run(tiny_cfg, tmp_path, epochs=1, threads=2, log=lambda s: None)
     # the epoch's order comes from the run's shuffle RNG: replay it to find the batch
     rng = np.random.default_rng()
-    rng.bit_generator.state = run.rng.bit_generator.state
+    rng.bit_generator.state = run.state.rng.bit_generator.state
     order = tiny_data.train[rng.permutation(len(tiny_data.train))]
     batch = int(np.flatnonzero(order == bad_row)[0]) // 512 + 1
     with pytest.raises(TrainingError, match=rf"^epoch 1, batch {batch}: "):

@@ -18,7 +18,7 @@ from tuner.train.config import ConfigError, describe, validate
 from tuner.train.loop import Run, load_data
 from tuner.train.split import group_ids, split_by_group
 from tuner.train.targets import KFitError, blend_targets, fit_k, sigmoid
-from tuner.train.workers import Workers, split_params
+from tuner.train.workers import EagerSource, Workers, split_params
 
 from shared import DATASETS
 
@@ -154,9 +154,9 @@ def test_loss_gradient_with_blended_targets_matches_finite_differences(evaluatio
     reg = ev.registry
     theta = np.concatenate([np.asarray(reg.defaults, float).reshape(-1),
                             np.asarray(reg.value_defaults, float)])
-    w = Workers(ev, 1, 16, len(rows), loss=loss)
+    w = Workers(EagerSource(ev, ds.positions, targets, k, loss), 1, 16, len(rows))
     try:
-        sse, grad = w.loss_grad(theta, ds.positions, targets, rows, k)
+        sse, grad = w.loss_grad(theta, rows)
         grad = grad.copy()
         rng = np.random.default_rng(0)
         movable = np.flatnonzero(np.abs(grad) > 1e-9 * np.abs(grad).max())
@@ -166,8 +166,8 @@ def test_loss_gradient_with_blended_targets_matches_finite_differences(evaluatio
             up, down = theta.copy(), theta.copy()
             up[i] += h
             down[i] -= h
-            fd = (w.loss_grad(up, ds.positions, targets, rows, k, with_grad=False)[0]
-                  - w.loss_grad(down, ds.positions, targets, rows, k, with_grad=False)[0])
+            fd = (w.loss_grad(up, rows, with_grad=False)[0]
+                  - w.loss_grad(down, rows, with_grad=False)[0])
             fd /= 2 * h * len(rows)
             assert grad[i] == pytest.approx(fd, rel=2e-4, abs=1e-12), i
             checked += 1
@@ -203,18 +203,18 @@ def test_best_epoch_is_kept_and_early_stopping_stops(tmp_path):
     h = run.history
     val = np.array(h["val_loss"])
     best = int(np.argmin(val)) + 1
-    assert run.best_epoch == best and run.best_val == val.min()
+    assert run.best_epoch == best and run.state.best_val == val.min()
     # stopped exactly `patience` epochs after the best one, well before the last epoch
     assert run.epoch == best + 2 < 30, (run.epoch, best)
     assert any(line.startswith("early stop after epoch") for line in logs)
     saved = ParamRegistry.from_json(tmp_path / "a" / "best.json")
     note = json.loads((tmp_path / "a" / "best.json").read_text())["note"]
-    assert note == {"K": run.k, "best_epoch": best, "validation_loss": run.best_val}
+    assert note == {"K": run.k, "best_epoch": best, "validation_loss": run.state.best_val}
     np.testing.assert_array_equal(np.asarray(saved.defaults).reshape(-1),
-                                  run.best_theta[: 2 * run.registry.n_params])
+                                  run.state.best_theta[: 2 * run.registry.n_params])
     assert (tmp_path / "a" / "best.hpp").read_text().startswith(
         f"// K: {run.k}\n// best_epoch: {best}\n")
-    assert not np.array_equal(run.best_theta, run.theta)  # the last epoch is not the best
+    assert not np.array_equal(run.state.best_theta, run.theta)  # the last epoch is not the best
 
 
 def test_resume_keeps_the_best_epoch_bit_for_bit(tmp_path):

@@ -22,7 +22,7 @@ from tuner.evals import get_evaluation
 from tuner.shipped import find_config
 from tuner.train.config import load_config, validate
 from tuner.train.loop import Data, Run, load_data
-from tuner.train.workers import Workers
+from tuner.train.workers import EagerSource, Workers
 
 K = 0.0025
 #: Entries (mg or eg) whose phase-weighted total |count| over the data is at least this are
@@ -200,12 +200,11 @@ def test_tuning_from_zero_matches_the_engine_parameters(sample, tmp_path):
            "training": {"epochs": 20, "batch_size": 16384}}
     cfg = validate(raw, "from-zero")
     ev = get_evaluation("clockwork")
-    w = Workers(ev, 2, 1024, 1024)
+    w = Workers(EagerSource(ev, data.positions, data.results, cfg["loss"]["k"]), 2, 1024, 1024)
     try:
-        sse, grad = w.loss_grad(np.array(ev.registry.defaults), data.positions, data.results,
-                                data.val, cfg["loss"]["k"], with_grad=False)
-        zero_sse, _ = w.loss_grad(np.array(cw.registry().defaults) * 0, data.positions,
-                                  data.results, data.val, cfg["loss"]["k"], with_grad=False)
+        sse, grad = w.loss_grad(np.array(ev.registry.defaults), data.val, with_grad=False)
+        zero_sse, _ = w.loss_grad(np.array(cw.registry().defaults) * 0, data.val,
+                                  with_grad=False)
     finally:
         w.close()
     assert grad is None

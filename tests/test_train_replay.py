@@ -18,7 +18,7 @@ from tuner.tape.recording import C_RECORDS
 from tuner.train.config import validate
 from tuner.train.loop import Run, TrainingError
 from tuner.train.record import record_store
-from tuner.train.workers import Workers
+from tuner.train.workers import EagerSource, ReplaySource, Workers
 
 from test_tape_player import operands
 
@@ -90,11 +90,12 @@ def test_replay_equals_eager_bitwise(tiny, name):
     seen = set()
     for threads in (1, 2):
         for st in (None, store):
-            w = Workers(ev, threads, 64, 1500, store=st)
+            source = (EagerSource(ev, tiny.positions, tiny.results, K) if st is None
+                      else ReplaySource(st))
+            w = Workers(source, threads, 64, 1500)
             try:
-                sse, grad = w.loss_grad(theta, tiny.positions, tiny.results, batch, K)
-                val_sse, _ = w.loss_grad(theta, tiny.positions, tiny.results, batch, K,
-                                         with_grad=False)
+                sse, grad = w.loss_grad(theta, batch)
+                val_sse, _ = w.loss_grad(theta, batch, with_grad=False)
             finally:
                 w.close()
             assert val_sse == sse and np.count_nonzero(grad) > 0.5 * ev.registry.n_values

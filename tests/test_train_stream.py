@@ -67,9 +67,9 @@ def _run(tmp_path, name, raw, monkeypatch, loaded: bool):
     stores = []
     workers = loop.Workers
 
-    def capture(*args, store=None, **kw):
-        stores.append(store)
-        return workers(*args, store=store, **kw)
+    def capture(source, *args, **kw):
+        stores.append(getattr(source, "store", None))
+        return workers(source, *args, **kw)
 
     monkeypatch.setattr(loop, "Workers", capture)
     cfg = validate(raw, str(tmp_path / "x.toml"))
@@ -180,8 +180,8 @@ def test_a_replay_run_does_not_keep_the_positions(tmp_path, monkeypatch, mode):
     positions) shows what the test would see if it kept them."""
     stores = []
     workers = loop.Workers
-    monkeypatch.setattr(loop, "Workers", lambda *a, store=None, **kw: stores.append(store)
-                        or workers(*a, store=store, **kw))
+    monkeypatch.setattr(loop, "Workers", lambda source, *a, **kw: stores.append(
+        getattr(source, "store", None)) or workers(source, *a, **kw))
     raw = _raw(["selfplay-std"])
     raw["data"]["validation_fraction"] = 0.0
     raw["training"].update(epochs=1, batch_size=65536, micro_batch_size=1024, mode=mode)

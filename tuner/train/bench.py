@@ -13,8 +13,9 @@ import click
 import numpy as np
 
 from .config import validate
-from .loop import Data, Run
+from .loop import Run
 from .progress import Observer
+from .stream import Data
 
 #: The shipped sample: what the scale benchmarks tile (390,968 positions).
 SAMPLE = ("selfplay-std", "selfplay-dfrc")

@@ -5,13 +5,19 @@ its values. `write_checkpoint` refuses a state that does not match it; `read_che
 every array of a file against it (a valid zip of the wrong arrays is what a changed evaluation or
 an old version leaves) before any of it reaches compiled code. To store something new, add a
 line to `FIELDS` (``required=False`` keeps older checkpoints readable).
+
+`TrainState` is what the file holds of a run's progress, as one object (`save_state`,
+`load_state`): the parameters, the optimiser's moments and step, the epoch, K, the shuffle RNG,
+the best epoch and the loss history. Everything else a checkpoint holds (the configuration's
+digest and values, the evaluation's name) says which run the state belongs to.
 """
 from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Callable
@@ -19,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from tuner.fileio import atomic_write
-from .config import MAX_EPOCHS, RESUME_FREE
+from .config import MAX_EPOCHS, RESUME_FREE, Config
 
 #: Optimiser steps beyond this cannot be counted exactly in float64 (AdamW's bias correction).
 MAX_STEP = 2 ** 53
@@ -49,6 +55,10 @@ class Expect:
     config: dict  # its values (JSON types)
 
 
+#: The loss history's columns (``loss.csv``; ``history_<name>`` in the checkpoint).
+HISTORY_FIELDS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "positions_per_s")
+
+
 #: A shape: a tuple, or a function of (what the run expects, the scalars read so far).
 Shape = tuple | Callable[[Expect, dict], tuple]
 #: A value check: returns an error text, or None.
@@ -57,6 +67,8 @@ Check = Callable[[np.ndarray, Expect, dict], str | None]
 
 @dataclass(frozen=True)
 class Field:
+    """One array of the checkpoint: its kind, shape, value check and description."""
+
     kind: Kind
     shape: Shape
     check: Check | None = None
@@ -169,6 +181,9 @@ def add_history(fields: tuple) -> None:
                                        doc=f"history: {f} per epoch")
 
 
+add_history(HISTORY_FIELDS)
+
+
 def _kind_ok(a: np.ndarray, kind: Kind) -> bool:
     if kind is Kind.FLOAT:
         return a.dtype == np.float64
@@ -242,3 +257,75 @@ def config_differences(old: dict, new: dict) -> list[str]:
             if va != vb:
                 out.append(f"[{section}] {key}: {va!r} in the run, {vb!r} now")
     return out
+
+
+@dataclass
+class TrainState:
+    """A run's progress: everything its checkpoint holds of it, and all that changes as it
+    trains. `theta` is the flat parameter vector (pairs (mg, eg) row-major, then values); `m`
+    and `v` the optimiser's moments (SGD uses `m` as its velocity); `theta0` where ``[optimizer]
+    pull`` pulls toward; `k` None until fitted (``[loss] k = "fit"``); `best_epoch` 0 until an
+    epoch is validated."""
+
+    theta: np.ndarray
+    theta0: np.ndarray
+    k: float | None
+    rng: np.random.Generator
+    m: np.ndarray
+    v: np.ndarray
+    step: int = 0
+    epoch: int = 0
+    best_epoch: int = 0
+    best_val: float = math.inf
+    best_theta: np.ndarray | None = None
+    history: dict = field(default_factory=lambda: {f: [] for f in HISTORY_FIELDS})
+
+    @classmethod
+    def start(cls, theta: np.ndarray, k: float | None, shuffle_seed: int) -> "TrainState":
+        """The state before the first epoch, at parameters `theta`."""
+        return cls(theta, theta.copy(), k, np.random.default_rng(shuffle_seed),
+                   np.zeros_like(theta), np.zeros_like(theta), best_theta=theta.copy())
+
+    def end_epoch(self, stats: dict) -> bool:
+        """Count the epoch whose `stats` (`HISTORY_FIELDS`) are given, recording its validation
+        loss; whether it is the best so far (NaN, no validation, never is)."""
+        self.epoch += 1
+        for key in HISTORY_FIELDS:
+            self.history[key].append(stats[key])
+        val = stats["val_loss"]
+        if not val < self.best_val:
+            return False
+        self.best_val, self.best_epoch = val, self.epoch
+        self.best_theta = self.theta.copy()
+        return True
+
+    def stop_early(self, patience: int) -> bool:
+        """Whether `patience` epochs (0: never) have passed without a better validation loss."""
+        return patience > 0 and self.best_epoch > 0 and self.epoch - self.best_epoch >= patience
+
+
+def save_state(path: Path, state: TrainState, cfg: Config, evaluation: str) -> None:
+    """Write `state` of a run of `cfg` tuning `evaluation` as the checkpoint at `path`."""
+    write_checkpoint(path, dict(
+        theta=state.theta, m=state.m, v=state.v, step=state.step, epoch=state.epoch, k=state.k,
+        theta0=state.theta0, best_theta=state.best_theta, best_epoch=state.best_epoch,
+        best_val=state.best_val, rng=json.dumps(state.rng.bit_generator.state),
+        digest=cfg.digest(), evaluation=evaluation,
+        config=json.dumps(cfg.values, sort_keys=True),
+        **{f"history_{k}": np.array(v, dtype=np.float64) for k, v in state.history.items()}))
+
+
+def load_state(path: Path, expect: Expect, theta0: np.ndarray) -> TrainState:
+    """The state in the checkpoint at `path`, checked (`read_checkpoint`); `theta0` for a
+    checkpoint older than the pull (the configuration's starting parameters)."""
+    z = read_checkpoint(path, expect)
+    rng = np.random.default_rng()
+    try:
+        rng.bit_generator.state = json.loads(str(z["rng"]))
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}: rng is not a state of the shuffle generator "
+                              f"({type(e).__name__}: {e})") from None
+    return TrainState(z["theta"], z.get("theta0", theta0), float(z["k"]), rng, z["m"], z["v"],
+                      int(z["step"]), int(z["epoch"]), int(z["best_epoch"]),
+                      float(z["best_val"]), z["best_theta"],
+                      {k: list(z[f"history_{k}"]) for k in HISTORY_FIELDS})

@@ -46,9 +46,11 @@ import numpy as np
 from tuner.fileio import WriteError, atomic_write
 from .config import Config, ConfigError, load_config
 from .heldout import integer_evals
-from .loop import CHECKPOINT, Run, TrainingError, find_data, load_data, start_run
+from .errors import TrainingError
+from .loop import CHECKPOINT, Run, start_run
 from .progress import Observer
 from .rundir import RUN_META, RunMetaError, read_meta
+from .stream import find_data, load_data
 from .targets import mse_at
 
 #: The figures of a cross-validation's report (JSON), in its directory.
@@ -284,7 +286,7 @@ class CrossValidation:
             if what != "tuned":
                 note["why"] = ("the folds' mean change is not an improvement larger than their "
                                "spread: a tune would fit noise, not the engine")
-            self.host.write_params("best", theta, note=note)
+            self.host.outputs.write_params("best", theta, self.host.k, note=note)
             summary["result"] = what
             atomic_write(self.out / RESULT, json.dumps(summary, indent=1))
             verdict = "an" if what == "tuned" else "NOT an"

@@ -14,6 +14,8 @@ optimisers work on flat vectors with a mask.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 from tuner.jit import JIT
@@ -51,12 +53,27 @@ def _sum_losses(outputs, n):
     return s + c
 
 
+class Batch(NamedTuple):
+    """One batch's micro-batches ("chunks") as the kernels see them: chunk c is the positions
+    ``order[c * micro:(c + 1) * micro]``; its loss sum goes to ``sse[c]`` and, `with_grad`,
+    ``seed`` times its flat parameter gradient to ``chunk_grads[c]`` (seed = 1 / batch size:
+    the gradient of the batch's mean loss)."""
+
+    order: np.ndarray
+    micro: int
+    seed: float
+    with_grad: bool
+    chunk_grads: np.ndarray
+    sse: np.ndarray
+
+
 @njit(**JIT)
-def replay_chunks(store, arena, order, micro, chunks, seed, with_grad, outputs, chunk_grads,
-                  sse):
-    """For each chunk c in `chunks` (positions ``order[c*micro:(c+1)*micro]``): its loss sum
-    into ``sse[c]`` and, with `with_grad`, ``seed`` times its flat parameter gradient into
-    ``chunk_grads[c]``. One call per worker and batch, so Python is not in the loop."""
+def replay_chunks(store, arena, batch, chunks, outputs):
+    """Every chunk c in `chunks` of `batch` (`Batch`) played from `store` in `arena`, its
+    outputs in `outputs` (float64[micro, 2]). One call per worker and batch, so Python is not in
+    the loop."""
+    order, micro, seed, with_grad = batch.order, batch.micro, batch.seed, batch.with_grad
+    chunk_grads, sse = batch.chunk_grads, batch.sse
     n_values, n_pairs = store.params[0], store.params[1]
     n = order.shape[0]
     for c in chunks:
@@ -113,14 +130,25 @@ def reduce_chunks(chunk_grads, n_chunks, out):
         out[i] = s + c
 
 
+class AdamW(NamedTuple):
+    """AdamW's settings (``[optimizer]``), as floats."""
+
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+
+
 @njit(**JIT)
-def adamw_step(params, grad, m, v, mask, lr, beta1, beta2, eps, weight_decay, step):
-    """One AdamW step (Clockwork's form) on the entries where `mask` is true (flat vectors).
+def adamw_step(params, grad, m, v, mask, lr, hyper, step):
+    """One AdamW step (Clockwork's form) on the entries where `mask` is true (flat vectors),
+    with the settings `hyper` (`AdamW`).
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  theta -= lr (m^ / (sqrt(v^) + eps) + wd theta)
     with bias corrections m^ = m / (1 - b1^step), v^ = v / (1 - b2^step). Masked-out entries keep
     their value and moments.
     """
+    beta1, beta2, eps, weight_decay = hyper
     c1 = 1.0 - beta1 ** step
     c2 = 1.0 - beta2 ** step
     for i in range(params.shape[0]):

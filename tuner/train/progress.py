@@ -51,4 +51,4 @@ class Observer:
 
     def epoch_done(self, stats: dict) -> None:
         """The epoch is complete and checkpointed: `stats` holds the fields of
-        `tuner.train.loop.HISTORY_FIELDS`."""
+        `tuner.train.checkpoint.HISTORY_FIELDS`."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -49,13 +50,25 @@ def new_training_tape(registry, micro: int):
                     operands=micro * OPERANDS_PER_POSITION + 8)
 
 
-def record_positions(evaluation, tape, scratch, positions, results, rows, k, loss, slots):
-    """Record ``positions[rows]`` with their losses on `tape` (from empty); ``slots`` int64[2, n].
+class Labelled(NamedTuple):
+    """Positions with what their loss records need: `targets` (float64, one per position), K
+    and the loss record form."""
+
+    positions: object  # uint64[n, 9], or a trace's rows
+    targets: np.ndarray
+    k: float
+    loss: int
+
+
+def record_positions(evaluation, tape, scratch, batch: Labelled, rows, slots):
+    """Record ``batch.positions[rows]`` with their losses on `tape` (from empty); ``slots``
+    int64[2, n].
 
     Returns ``(tape, scratch)``: a full tape is grown (and the scratch, which a failed recording
     may have left with terms in it, made anew) and the micro-batch recorded again. An index out
     of range handed to a recorder raises `tuner.evals.EvaluationIndexError` naming the position.
     """
+    positions, results, k, loss = batch
     while True:
         reset(tape)
         try:
@@ -141,14 +154,14 @@ class StoreRecorder:
         ready: dict[int, object] = {}
         turn = [0]        # the next micro-batch to go into the store
         rows = np.arange(n, dtype=np.int64)
+        batch = Labelled(positions, targets, self.k, self.loss)
 
         def work(w):
             for c in range(w, n_chunks, self.n_threads):
                 lo, hi = c * micro, min(n, (c + 1) * micro)
                 slots = self.slots[w][:, : hi - lo]
                 self.tapes[w], self.scratch[w] = record_positions(
-                    self.evaluation, self.tapes[w], self.scratch[w], positions, targets,
-                    rows[lo:hi], self.k, self.loss, slots)
+                    self.evaluation, self.tapes[w], self.scratch[w], batch, rows[lo:hi], slots)
                 part = extract(self.tapes[w].rec, slots, base=base + lo)
                 with self.lock:
                     ready[c] = part

@@ -1,48 +1,131 @@
-"""A replay run's data streamed into its store: no position is held longer than its batch.
+"""A run's data: every dataset of ``[data] train`` loaded (`load_data`) or streamed
+(`DataStream`), and split by game (`split_data`, `tuner.train.split`).
 
-After recording, replay training needs only the store (it holds every position's evaluation and
-loss, the targets included), the split's index sets, the results and the validation positions
-(for the held-out report at the end). So `stream_data` never builds the positions array that
-`tuner.train.loop.load_data` builds for eager training; it reads each dataset in Arrow batches
-(`tuner.data.loader.DatasetReader`: the same checks, bad-row reports and errors as
-`load_dataset`) and passes over the files:
+Eager training holds every position in memory: `load_data`. After recording, replay training
+needs only the store (it holds every position's evaluation and loss, the targets included), the
+split's index sets, the results and the validation positions (for the held-out report at the
+end). So a replay run never builds the positions array; `DataStream` reads each dataset in Arrow
+batches (`tuner.data.loader.DatasetReader`: the same checks, bad-row reports and errors as
+`load_dataset`) in passes that its caller drives (`tuner.train.prepare`), and never calls back:
 
-1. Every batch is parsed and checked, its results (and game numbers, until the split) kept and,
-   when K is known and no ``[training] store_cache`` is set, its positions recorded into the
-   store straight away (`tuner.train.record.StoreRecorder`), in file order: the store is then
-   bitwise the one `record_store` makes of the concatenated positions.
-2. The split by game (`tuner.train.split`), exactly as `load_data` makes it.
-3. ``[loss] k = "fit"``: K is a scalar of every loss record, so it must be known before a
-   position is recorded, and the fit sample is a set of training positions, known only after
-   the split. The sample's rows are read again (only they are parsed) and K fitted to them,
-   as for a loaded run; then the store is recorded in a second pass (step 5).
-4. With a store cache: its key is made of digests of the positions, results and scores as they
-   streamed (`DataDigest`), K, the loss and the code, so it is known only after the first pass;
-   a hit is loaded instead of recorded.
-5. Without a store yet (K was fitted, or the cache missed): a second pass records every position.
-6. The validation positions are read again (only those rows parsed).
+1. `DataStream.first_pass`: every batch is parsed and checked, its results (and game numbers,
+   until the split) kept and handed to a sink (``sink(positions, results, score_cp)``): the
+   recorder of the store when K is known and no ``[training] store_cache`` is set (in file
+   order: the store is then bitwise the one `record_store` makes of the concatenated
+   positions), or the `DataDigest` a store cache's key is made of. Then the split by game,
+   exactly as `load_data` makes it.
+2. `DataStream.sample`: ``[loss] k = "fit"`` needs K before a position is recorded, and the fit
+   sample is a set of training positions, known only after the split. The sample's rows are
+   read again (only they are parsed).
+3. `DataStream.second_pass`: every batch again, into the recorder (K was fitted, or the cache
+   missed).
+4. `DataStream.data`: the split, with the validation positions read again (only those rows
+   parsed).
 
 A second pass over a file checks that it still has the same valid rows (DatasetError if not).
 """
 from __future__ import annotations
 
 import hashlib
-import time
-from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
+from tuner.data import load_dataset
 from tuner.data.loader import DatasetReader
+from tuner.data.registry import Resolved, resolve
 from tuner.data.trace import concat_positions, position_arrays
-from tuner.tape.player import FreezeError, Store
-from .record import StoreRecorder
-from .split import group_ids
+from .config import Config
+from .errors import TrainingError
+from .split import Split, fold_of, group_ids, split_by_group
 from .targets import fit_sample
 
-if TYPE_CHECKING:
-    from .loop import Data, Run
+#: What the batches of a pass go to: ``sink(positions, results, score_cp)``.
+Sink = Callable[[object, np.ndarray, "np.ndarray | None"], None]
+
+
+@dataclass
+class Data:
+    """Training and validation positions (indices into one concatenated array), split by game
+    (`tuner.train.split`)."""
+
+    positions: np.ndarray | None  # None: streamed into a replay store (`DataStream`)
+    results: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    sources: list = field(default_factory=list)
+    score_cp: np.ndarray | None = None  # engine scores, loaded for a score blend
+    train_games: int = 0
+    val_games: int = 0
+    val_positions: np.ndarray | None = None  # ``positions[val]`` where `positions` is None
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def held_out(self) -> np.ndarray:
+        """The validation positions, uint64[len(val), 9]."""
+        return self.val_positions if self.positions is None else self.positions[self.val]
+
+    def fit_sample(self) -> tuple:
+        """The positions and results a K fit uses (`fit_sample` of the training positions)."""
+        rows = self.train[fit_sample(len(self.train))]
+        return self.positions[rows], self.results[rows]
+
+
+def find_data(cfg: Config) -> list[Resolved]:
+    """The files of ``[data] train`` (tuner.data.registry's lookup order; checksums checked)."""
+    return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
+
+
+def split_data(groups: np.ndarray, cfg: Config) -> Split:
+    """The ``[data]`` split of positions in `groups` (`group_ids`); TrainingError when no
+    training position is left."""
+    d = cfg["data"]
+    split = split_by_group(groups, d["validation_fraction"], d["split_seed"])
+    cv = cfg["validation"]  # a cross-validation fold's run: its fold held out (tuner/train/cv.py)
+    try:
+        split = fold_of(split, groups, cv["folds"], cv["fold"], d["split_seed"])
+    except ValueError as e:
+        raise TrainingError(f"[validation] folds: {e}") from None
+    if len(split.train) < 1:
+        raise TrainingError("no training positions left after the validation split")
+    return split
+
+
+def _log_source(log: Callable[[str], None], source: str, kept: int, n_bad: int, by_game: bool,
+                block: int) -> None:
+    by = "games" if by_game else f"blocks of {block:,} positions"
+    log(f"data: {source}: {kept:,} positions" + (f" ({n_bad:,} bad rows skipped)" if n_bad else "")
+        + f"; split by {by}")
+
+
+def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
+    """Load every dataset of ``[data] train`` and hold out whole games for validation (every
+    position in memory: what eager training and the tests use; a replay run streams its data,
+    `DataStream`)."""
+    d = cfg["data"]
+    blend = cfg["loss"]["score_blend"] > 0
+    positions, results, scores, games, sources = [], [], [], [], []
+    for found in find_data(cfg):
+        ds = load_dataset(found, policy=d["policy"], with_game=True, need_scores=blend)
+        _log_source(log, ds.source, len(ds), ds.n_bad, ds.game is not None, d["split_block"])
+        positions.append(ds.positions)
+        results.append(ds.results)
+        scores.append(ds.score_cp)
+        games.append(ds.game)
+        sources.append(ds.source)
+    groups = group_ids([len(r) for r in results], games, d["split_block"])
+    if len(positions) > 1:  # one dataset is used as loaded: no copy of it
+        positions, results = np.concatenate(positions), np.concatenate(results)
+    else:
+        positions, results = positions[0], results[0]
+    score_cp = np.concatenate(scores) if blend else None
+    split = split_data(groups, cfg)
+    return Data(positions, results, split.train, split.val, sources, score_cp,
+                split.train_games, split.val_games)
 
 
 class DataDigest:
@@ -97,115 +180,81 @@ class _Labels:
         return results
 
 
-def _read(run: Run, readers: list[DatasetReader], recorder: StoreRecorder | None,
-          digest: DataDigest | None, labels: _Labels | None) -> None:
-    """One pass over every dataset in order: each batch recorded (`recorder`), hashed
-    (`digest`), its results and games kept (`labels`, the first pass, which logs each set)."""
-    d = run.cfg["data"]
-    for reader in readers:
-        if labels is not None:
+class DataStream:
+    """The datasets of ``[data] train`` of `cfg` open for reading in passes (see the module
+    docstring); a trace evaluation's `trace` layout reads its rows. A context manager: the
+    files are closed on leaving it. The first pass logs each dataset with `log`."""
+
+    def __init__(self, cfg: Config, trace, log: Callable[[str], None]):
+        self.cfg = cfg
+        self.log = log
+        d = cfg["data"]
+        self.files = ExitStack()
+        with self.files:
+            self.readers = [self.files.enter_context(DatasetReader(
+                found, d["policy"], with_game=True, need_scores=cfg["loss"]["score_blend"] > 0,
+                trace=trace)) for found in find_data(cfg)]
+            self.files = self.files.pop_all()
+        #: Rows of the files (bad ones included): at most the positions there are.
+        self.n_rows = sum(r.n_rows for r in self.readers)
+        self.sizes: list[int] = []
+        self.results: np.ndarray | None = None
+        self.split: Split | None = None
+
+    def __enter__(self) -> "DataStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.files.close()
+
+    def first_pass(self, sink: Sink | None) -> Split:
+        """Every batch read, checked and given to `sink`; their results and games kept and
+        the positions split by game."""
+        labels = _Labels(self.readers)
+        d = self.cfg["data"]
+        for reader in self.readers:
             labels.start(reader)
-        for b in reader.batches():
-            if labels is not None:
+            for b in reader.batches():
                 labels.add(b.results, b.game)
-            if digest is not None:
-                digest.update(b.positions, b.results, b.score_cp)
-            if recorder is not None:
-                recorder.add(b.positions, run.targets(b.results, b.score_cp))
-        pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages
-        if labels is not None:
+                if sink is not None:
+                    sink(b.positions, b.results, b.score_cp)
+            pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages
             labels.end()
-            by = "games" if reader.with_game else f"blocks of {d['split_block']:,} positions"
-            run.log(f"data: {reader.source}: {reader.kept:,} positions"
-                    + (f" ({reader.n_bad:,} bad rows skipped)" if reader.n_bad else "")
-                    + f"; split by {by}")
-
-
-def _positions(readers: list[DatasetReader], sizes: list[int], rows: np.ndarray):
-    """The positions of `rows` (sorted indices into the datasets' valid rows, concatenated)."""
-    parts, offset = [], 0
-    for reader, n in zip(readers, sizes):
-        lo, hi = np.searchsorted(rows, [offset, offset + n])
-        if hi > lo:
-            parts.append(reader.positions(rows[lo:hi] - offset))
-        offset += n
-    return concat_positions(parts) if parts else readers[0].no_positions()
-
-
-@contextmanager
-def _recording(run: Run, expected: int) -> Iterator[StoreRecorder]:
-    """A recorder for `run`'s store, with the observer's record events; a recording the player
-    refuses is `Run.unplayable`."""
-    tr = run.cfg["training"]
-    run.observer.record_start(expected)
-    recorder = StoreRecorder(run.evaluation, run.k, run.n_threads, tr["micro_batch_size"],
-                             expected, progress=run.observer.record_progress,
-                             loss=run.loss_form)
-    try:
-        yield recorder
-    except FreezeError as e:
-        raise run.unplayable(e) from None
-    finally:
-        recorder.close()
-        run.observer.record_end()
-
-
-def _finish(run: Run, recorder: StoreRecorder, t0: float) -> Store:
-    """The recorder's store (recording started at `t0`), logged."""
-    store = recorder.finish()
-    run.log_recorded(store, time.perf_counter() - t0)
-    return store
-
-
-def stream_data(run: Run, prepare: Callable[[Callable[[], tuple]], None]) -> tuple[Data, Store]:
-    """``[data] train`` of `run` streamed into its replay store (see the module docstring): the
-    data (without its positions; with the validation positions) and the store.
-
-    When the run has no K yet, ``prepare(sample)`` is called before anything is recorded: it
-    fits K to the positions and results ``sample()`` returns and warms the kernels. With a K,
-    the caller warms them first (`Run.prepare`).
-    """
-    from .loop import Data, find_data, split_data
-
-    cfg = run.cfg
-    d, tr = cfg["data"], cfg["training"]
-    with ExitStack() as files:
-        readers = [files.enter_context(DatasetReader(found, d["policy"], with_game=True,
-                                                     need_scores=cfg["loss"]["score_blend"] > 0,
-                                                     trace=run.evaluation.trace))
-                   for found in find_data(cfg)]
-        expected = sum(r.n_rows for r in readers)
-        labels = _Labels(readers)
-        digest = DataDigest() if tr["store_cache"] else None
-        store = None
-        if run.k is not None and digest is None:  # record while reading
-            t0 = time.perf_counter()
-            with _recording(run, expected) as recorder:
-                _read(run, readers, recorder, None, labels)
-                store = _finish(run, recorder, t0)
-        else:
-            _read(run, readers, None, digest, labels)
-        results = labels.results()
+            _log_source(self.log, reader.source, reader.kept, reader.n_bad, reader.with_game,
+                        d["split_block"])
+        self.results = labels.results()
+        self.sizes = labels.sizes
         groups = group_ids(labels.sizes, labels.games, d["split_block"])
         labels.games = []
-        split = split_data(groups, cfg)
-        del groups
-        if store is None:
-            def sample():
-                rows = split.train[fit_sample(len(split.train))]
-                return _positions(readers, labels.sizes, rows), results[rows]
+        self.split = split_data(groups, self.cfg)
+        return self.split
 
-            if run.k is None:
-                prepare(sample)
-            if digest is not None:
-                store = run.cached_store(run.store_key(digest), len(results))
-            if store is None:
-                t0 = time.perf_counter()
-                with _recording(run, len(results)) as recorder:
-                    _read(run, readers, recorder, None, None)
-                    store = _finish(run, recorder, t0)
-                if digest is not None:
-                    run.keep_store(store, run.store_key(digest))
-        val_positions = _positions(readers, labels.sizes, split.val)
-    return Data(None, results, split.train, split.val, [r.source for r in readers], None,
-                split.train_games, split.val_games, val_positions), store
+    def second_pass(self, sink: Sink) -> None:
+        """Every batch again, to `sink` (after `first_pass`)."""
+        for reader in self.readers:
+            for b in reader.batches():
+                sink(b.positions, b.results, b.score_cp)
+            pa.default_memory_pool().release_unused()
+
+    def positions(self, rows: np.ndarray):
+        """The positions of `rows` (sorted indices into the datasets' valid rows,
+        concatenated), read again."""
+        parts, offset = [], 0
+        for reader, n in zip(self.readers, self.sizes):
+            lo, hi = np.searchsorted(rows, [offset, offset + n])
+            if hi > lo:
+                parts.append(reader.positions(rows[lo:hi] - offset))
+            offset += n
+        return concat_positions(parts) if parts else self.readers[0].no_positions()
+
+    def sample(self) -> tuple:
+        """The positions and results a K fit uses (`fit_sample` of the training positions)."""
+        rows = self.split.train[fit_sample(len(self.split.train))]
+        return self.positions(rows), self.results[rows]
+
+    def data(self) -> Data:
+        """The split data (without its positions; with the validation positions)."""
+        split = self.split
+        return Data(None, self.results, split.train, split.val,
+                    [r.source for r in self.readers], None, split.train_games, split.val_games,
+                    self.positions(split.val))

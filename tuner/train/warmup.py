@@ -5,8 +5,9 @@ player's freeze and sweeps, the optimiser step) is called once here on a three-p
 (the parser first, before the data is loaded; the rest after). On a
 cold cache (the first run of these sources, or of an edited evaluation file) that is where Numba
 compiles them, announced by the caller; on a warm one it loads their machine code from the cache.
-Either way the load, record and epoch timings that follow measure only the work itself. The run's
-state (parameters, optimiser moments, step, shuffle order) is left exactly as it was.
+Either way the load, record and epoch timings that follow measure only the work itself. The
+kernels run on arrays of their own (a zero parameter vector and its fresh optimiser state), so
+the run's state is never touched.
 """
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pyarrow as pa
 
 from tuner.chess.fen import parse_fen_array
 from tuner.data.trace import TraceLayout, TraceRows
+from .checkpoint import TrainState
+from .optimizer import Optimizer
 from .record import record_store
-from .workers import Workers
+from .workers import EagerSource, ReplaySource, Workers
 
 #: Three positions in micro-batches of two: a full micro-batch and a partial one, whose slot
 #: arrays are views of another layout (Numba compiles each layout apart). The kernels' types do
@@ -45,24 +48,24 @@ def warm_trace(layout: TraceLayout) -> TraceRows:
                      np.array([1, 2, -1, 1], np.int64))
 
 
-def warm_up(run, positions: np.ndarray, results: np.ndarray) -> None:
-    """Call every kernel `run` (a `tuner.train.loop.Run`) will call, on `warm_positions()` (a
-    trace evaluation's on `warm_trace`)."""
+def warm_up(evaluation, k: float, loss: int, eager: bool, optimizer: Optimizer) -> None:
+    """Call every kernel a run of `evaluation` (K `k`, loss record form `loss`; `eager` or
+    replay epochs) will call, on `warm_positions()` (a trace evaluation's on `warm_trace`), and
+    `optimizer`'s step."""
+    positions, results = warm_positions()
     n = len(positions)
-    if run.evaluation.trace is not None:
-        positions = warm_trace(run.evaluation.trace)
-    k = run.k  # known by now (fitted if [loss] k = "fit")
-    store = (None if run.cfg["training"]["mode"] == "eager"
-             else record_store(run.evaluation, positions, results, k, 1, WARM_MICRO,
-                               loss=run.loss_form))
-    workers = Workers(run.evaluation, 1, WARM_MICRO, n, store=store, loss=run.loss_form)
-    saved = run.theta.copy(), run.m.copy(), run.v.copy(), run.step
+    if evaluation.trace is not None:
+        positions = warm_trace(evaluation.trace)
+    source = (EagerSource(evaluation, positions, results, k, loss) if eager else
+              ReplaySource(record_store(evaluation, positions, results, k, 1, WARM_MICRO,
+                                        loss=loss), specialised=False))
+    workers = Workers(source, 1, WARM_MICRO, n)
+    reg = evaluation.registry
+    state = TrainState.start(np.zeros(2 * reg.n_params + reg.n_values), k, 0)
     try:
         rows = np.arange(n)
-        _, grad = workers.loss_grad(run.theta, positions, results, rows, k)
-        workers.loss_grad(run.theta, positions, results, rows, k, with_grad=False)
-        run.optimizer_step(np.zeros_like(grad), 0.0, np.zeros(len(grad), dtype=bool))
+        _, grad = workers.loss_grad(state.theta, rows)
+        workers.loss_grad(state.theta, rows, with_grad=False)
+        optimizer.step(state, np.zeros_like(grad), 0.0, np.zeros(len(grad), dtype=bool))
     finally:
         workers.close()
-        run.theta[:], run.m[:], run.v[:] = saved[:3]
-        run.step = saved[3]

@@ -1,10 +1,19 @@
 """Worker threads, each with its own tape or arena: the parallel, deterministic gradient of a batch.
 
-Every worker owns its scratch (eager: a tape and the evaluation's scratch; replay: a small arena
-for the player); the compiled chunk kernels release the GIL, so the threads run in parallel
-without a lock in the hot path. Chunk c of a batch always covers the same positions and writes
-only ``chunk_grads[c]``; `reduce_chunks` then adds them in chunk order. Which thread ran which
-chunk therefore never changes a bit of the result.
+**The gradient of a batch is the compensated sum, in micro-batch order, of micro-batch gradients
+computed by workers.** A batch is cut into micro-batches ("chunks") of `micro` positions whose
+boundaries do not depend on who computes them (`tuner.train.kernels.Batch`). A *source* of
+micro-batch gradients computes the loss sum and gradient of any chunks of a batch into the
+batch's ``sse[c]`` and ``chunk_grads[c]``: `ReplaySource` plays them from a frozen store,
+`EagerSource` records, freezes and plays them (the same records through the same sweeps, so the
+same bits). `Workers` runs one source on a pool of threads, chunk c on thread ``c % threads``,
+and `reduce_chunks` adds the chunk gradients in chunk order. Which worker computed which chunk
+therefore never changes a bit of the result, and another kind of worker (another process,
+another machine) that fills the same chunks plugs in at `Workers._compute`.
+
+Every worker owns its scratch (`Source.scratch`: eager, a tape and the evaluation's scratch;
+replay, a small arena for the player); the compiled chunk kernels release the GIL, so the
+threads run in parallel without a lock in the hot path.
 
 **Order inside a batch.** The epoch's shuffle decides which positions form a batch; inside it,
 the positions are taken in store order (increasing row), not in the shuffled order. The batch's
@@ -31,13 +40,15 @@ from tuner.tape import new_arena, set_params
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import arena_size, build_store, extract, store_len
 from tuner.tape.specialise import specialisable, specialise
-from .kernels import WORD_BITS, reduce_chunks, replay_chunks, store_order
-from .record import new_training_tape, record_positions
+from .kernels import WORD_BITS, Batch, reduce_chunks, replay_chunks, store_order
+from .record import Labelled, new_training_tape, record_positions
 
 
 #: Replay stores of at least this many positions get a specialised player (see the module
-#: docstring); `Workers(specialised=...)` decides otherwise.
+#: docstring); `ReplaySource(specialised=...)` decides otherwise.
 SPECIALISE_FROM = 100_000
+#: The one chunk of a one-chunk `Batch` (an eager chunk, played alone).
+FIRST_CHUNK = np.zeros(1, np.int64)
 
 
 def resolve_threads(threads: int) -> int:
@@ -55,84 +66,116 @@ def split_params(theta: np.ndarray, n_pairs: int):
     return theta[: 2 * n_pairs].reshape(n_pairs, 2), theta[2 * n_pairs:]
 
 
-class Workers:
-    """A pool of `n_threads` workers evaluating micro-batches of `micro` positions.
+class ReplaySource:
+    """Micro-batch gradients played from `store` (`tuner.train.record.record_store`).
+    `specialised` chooses the player: a specialised one (True), the interpreter (False) or by
+    the store's size (None, see `SPECIALISE_FROM`); the results are the same bits either way."""
 
-    Eager without a `store` (each micro-batch recorded on the worker's tape every time); with one
-    (`tuner.train.record.record_store`) the frozen positions are played instead.
-    `in_store_order` takes each batch's positions in store order (see the module docstring);
-    False keeps the order given, for benchmarks that compare the two. `specialised` chooses the
-    replay player: a specialised one (True), the interpreter (False) or by the store's size
-    (None, see `SPECIALISE_FROM`); the results are the same bits either way.
-    """
-
-    def __init__(self, evaluation, n_threads: int, micro: int, max_batch: int, store=None,
-                 loss: int = F_SIGMOID_SQ_ERR, in_store_order: bool = True,
-                 specialised: bool | None = None):
-        reg = evaluation.registry
-        self.loss = loss  # the loss record form eager epochs record
-        self.evaluation = evaluation
+    def __init__(self, store, specialised: bool | None = None):
         self.store = store
-        self.n_pairs, self.n_values = reg.n_params, reg.n_values
-        self.n_threads = n_threads
-        self.micro = micro
-        self.max_chunks = math.ceil(max_batch / micro)
-        self.chunk_grads = np.zeros((self.max_chunks, 2 * self.n_pairs + self.n_values))
-        self.grad = np.zeros(2 * self.n_pairs + self.n_values)
-        self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
-        self.outputs = [np.zeros((micro, 2)) for _ in range(n_threads)]
-        self.in_store_order = in_store_order
-        self.bits = np.zeros(0, np.uint64)  # `store_order`'s bitmap, sized by the first batch
-        self.sorted = np.zeros(max_batch, np.int64)
-        if store is None:  # eager: a tape, the evaluation's scratch and slots per worker
-            self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
-            self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
-            self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
-            self.arenas = [new_arena(self.n_values, self.n_pairs) for _ in range(n_threads)]
-        else:  # replay: parameters plus one position's temporaries, per worker
-            self.arenas = [new_arena(*arena_size(store)) for _ in range(n_threads)]
+        #: Positions the batches' rows index, and the length of the parameter vector.
+        self.n_rows = store_len(store)
+        self.n_pairs = int(store.params[1])
+        self.n_theta = 2 * self.n_pairs + int(store.params[0])
         if specialised is None:
-            specialised = store is not None and store_len(store) >= SPECIALISE_FROM
-        #: Whether replay epochs run a specialised player.
-        self.specialised = bool(specialised and store is not None and specialisable(store))
-        #: The compiled driver of replay epochs: `replay_chunks`, over the interpreter or over
-        #: the store's specialised player.
+            specialised = self.n_rows >= SPECIALISE_FROM
+        #: Whether the batches are played by a specialised player.
+        self.specialised = bool(specialised and specialisable(store))
+        #: The compiled driver: `replay_chunks`, over the interpreter or over the store's
+        #: specialised player.
         self.replay_chunks = replay_chunks
         if self.specialised:
             self.replay_chunks = specialise(store, [replay_chunks]).replay_chunks
             self._warm()
 
+    def scratch(self, micro: int):
+        """A worker's own: an arena for one position's temporaries, and the outputs."""
+        return new_arena(*arena_size(self.store)), np.zeros((micro, 2))
+
+    def compute(self, scratch, theta_views, batch: Batch, chunks: np.ndarray) -> None:
+        """The chunks `chunks` of `batch` at the parameters `theta_views` (pairs, values): one
+        compiled call."""
+        arena, outputs = scratch
+        set_params(arena, *theta_views)
+        self.replay_chunks(self.store, arena, batch, chunks, outputs)
+
+    def _warm(self) -> None:
+        """Compile (or load) the specialised driver now, on one position, not in the first
+        epoch (into buffers of its own: it leaves no trace)."""
+        if self.n_rows:
+            one = np.zeros(1, np.int64)
+            batch = Batch(one, 1, 1.0, True, np.zeros((1, self.n_theta)), np.zeros(1))
+            self.replay_chunks(self.store, self.scratch(1)[0], batch, one, np.zeros((1, 2)))
+
+
+class EagerSource:
+    """Micro-batch gradients of in-memory `positions` recorded every time (loss record form
+    `loss` at K `k`, fitted to `targets`), frozen and played as a store of one chunk."""
+
+    def __init__(self, evaluation, positions, targets: np.ndarray, k: float,
+                 loss: int = F_SIGMOID_SQ_ERR):
+        self.evaluation = evaluation
+        self.batch = Labelled(positions, targets, k, loss)
+        self.n_rows = len(positions)
+        reg = evaluation.registry
+        self.n_pairs, self.n_theta = reg.n_params, 2 * reg.n_params + reg.n_values
+        self.specialised = False
+
+    def scratch(self, micro: int) -> dict:
+        """A worker's own: a tape, the evaluation's scratch, slots, an arena and the outputs."""
+        reg = self.evaluation.registry
+        return dict(tape=new_training_tape(reg, micro), scratch=self.evaluation.new_scratch(),
+                    slots=np.zeros((2, micro), np.int64),
+                    arena=new_arena(reg.n_values, reg.n_params), outputs=np.zeros((micro, 2)))
+
+    def compute(self, scratch: dict, theta_views, batch: Batch, chunks: np.ndarray) -> None:
+        """Each chunk of `chunks`: recorded, frozen and played on its own (without gradients
+        every chunk shares gradient buffer 0, which is not written)."""
+        reg = self.evaluation.registry
+        n = len(batch.order)
+        for c in chunks:
+            rows = batch.order[c * batch.micro: min(n, (c + 1) * batch.micro)]
+            slots = scratch["slots"][:, : len(rows)]
+            scratch["tape"], scratch["scratch"] = record_positions(
+                self.evaluation, scratch["tape"], scratch["scratch"], self.batch, rows, slots)
+            store = build_store([extract(scratch["tape"].rec, slots)], reg.n_values,
+                                reg.n_params)
+            arena = scratch["arena"]
+            if any(need > have for need, have in zip(arena_size(store), (len(arena.val),
+                                                                         len(arena.pair_val)))):
+                arena = scratch["arena"] = new_arena(*arena_size(store))
+            set_params(arena, *theta_views)
+            g = c if batch.with_grad else 0
+            one = Batch(np.arange(len(rows)), len(rows), batch.seed, batch.with_grad,
+                        batch.chunk_grads[g: g + 1], batch.sse[c: c + 1])
+            replay_chunks(store, arena, one, FIRST_CHUNK, scratch["outputs"])
+
+
+class Workers:
+    """A pool of `n_threads` workers computing the micro-batches of `micro` positions of
+    batches of at most `max_batch` from `source` (`ReplaySource` or `EagerSource`).
+
+    `in_store_order` takes each batch's positions in store order (see the module docstring);
+    False keeps the order given, for benchmarks that compare the two.
+    """
+
+    def __init__(self, source, n_threads: int, micro: int, max_batch: int,
+                 in_store_order: bool = True):
+        self.source = source
+        self.n_threads = n_threads
+        self.micro = micro
+        self.max_chunks = math.ceil(max_batch / micro)
+        self.chunk_grads = np.zeros((self.max_chunks, source.n_theta))
+        self.grad = np.zeros(source.n_theta)
+        self.scratch = [source.scratch(micro) for _ in range(n_threads)]
+        self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        self.in_store_order = in_store_order
+        self.bits = np.zeros(0, np.uint64)  # `store_order`'s bitmap, sized by the first batch
+        self.sorted = np.zeros(max_batch, np.int64)
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
-
-    def _eager_chunk(self, w, pairs, values, positions, results, rows, k, seed, grad_out,
-                     with_grad):
-        """Record the chunk `rows` this epoch, freeze it and play it (the store's order is
-        the chunk's); its loss sum, and its gradient into `grad_out`."""
-        n = len(rows)
-        slots = self.slots[w][:, :n]
-        self.tapes[w], self.scratch[w] = record_positions(
-            self.evaluation, self.tapes[w], self.scratch[w], positions, results, rows, k,
-            self.loss, slots)
-        store = build_store([extract(self.tapes[w].rec, slots)], self.n_values, self.n_pairs)
-        if any(need > have for need, have in zip(arena_size(store), (len(a) for a in (
-                self.arenas[w].val, self.arenas[w].pair_val)))):
-            self.arenas[w] = new_arena(*arena_size(store))
-        set_params(self.arenas[w], pairs, values)
-        sse = np.zeros(1)
-        replay_chunks(store, self.arenas[w], np.arange(n), n, np.zeros(1, np.int64), seed,
-                      with_grad, self.outputs[w], grad_out.reshape(1, -1), sse)
-        return sse[0]
-
-    def _warm(self) -> None:
-        """Compile (or load) the replay driver now, on one position, not in the first epoch
-        (it leaves no trace: the gradient buffer it writes is zeroed again)."""
-        if store_len(self.store):
-            one = np.zeros(1, np.int64)
-            self.replay_chunks(self.store, self.arenas[0], one, 1, one, 1.0, True,
-                               self.outputs[0], self.chunk_grads, np.zeros(1))
-            self.chunk_grads[0] = 0.0
 
     def _in_store_order(self, order, n_rows: int):
         """`order` sorted (a view of a buffer reused by the next call)."""
@@ -148,49 +191,39 @@ class Workers:
             out[:] = np.sort(order)
         return out
 
-    def loss_grad(self, theta, positions, results, order, k, with_grad=True):
-        """Sum of squared errors over `order` and (if `with_grad`) the gradient of its mean.
+    def loss_grad(self, theta: np.ndarray, order: np.ndarray, with_grad: bool = True):
+        """Sum of the losses of the positions `order` and (if `with_grad`) the gradient of their
+        mean.
 
         `theta` is the flat parameter vector (pairs row-major, then values). Returns
         ``(sse, grad)``; `grad` is flat like `theta` (a buffer reused by the next call) or None.
         """
         theta = np.ascontiguousarray(theta, dtype=np.float64).reshape(-1)
         if self.in_store_order:
-            order = self._in_store_order(order, len(positions) if self.store is None
-                                         else store_len(self.store))
+            order = self._in_store_order(order, self.source.n_rows)
         n = len(order)
         n_chunks = math.ceil(n / self.micro)
         if with_grad and n_chunks > self.max_chunks:
             raise ValueError("batch larger than the workers were sized for")
-        sse = np.zeros(n_chunks)
-        seed = 1.0 / n
-        pairs, values = split_params(theta, self.n_pairs)
-
-        def work(w):
-            if self.store is not None:  # replay: one compiled call for all of w's chunks
-                set_params(self.arenas[w], pairs, values)
-                self.replay_chunks(self.store, self.arenas[w], order, self.micro,
-                              np.arange(w, n_chunks, self.n_threads), seed, with_grad,
-                              self.outputs[w], self.chunk_grads, sse)
-                return
-            for c in range(w, n_chunks, self.n_threads):
-                start = c * self.micro
-                rows = order[start: min(n, start + self.micro)]
-                # Without gradients every chunk shares buffer 0 (it is not written).
-                sse[c] = self._eager_chunk(w, pairs, values, positions, results, rows, k, seed,
-                                           self.chunk_grads[c if with_grad else 0], with_grad)
+        batch = Batch(order, self.micro, 1.0 / n, with_grad, self.chunk_grads, np.zeros(n_chunks))
+        self._compute(split_params(theta, self.source.n_pairs), batch, n_chunks)
+        total = math.fsum(batch.sse)
+        if not with_grad:
+            return total, None
 
         def reduce(w):  # parameter by parameter, so any split of them gives the same bits
             lo, hi = (len(self.grad) * w // self.n_threads,
                       len(self.grad) * (w + 1) // self.n_threads)
             reduce_chunks(self.chunk_grads[:, lo:hi], n_chunks, self.grad[lo:hi])
 
-        self._each_thread(work)
-        total = math.fsum(sse)
-        if not with_grad:
-            return total, None
         self._each_thread(reduce)
         return total, self.grad
+
+    def _compute(self, theta_views, batch: Batch, n_chunks: int) -> None:
+        """Every chunk of `batch` into its ``sse[c]`` and ``chunk_grads[c]``: chunk c by worker
+        ``c % n_threads``."""
+        self._each_thread(lambda w: self.source.compute(
+            self.scratch[w], theta_views, batch, np.arange(w, n_chunks, self.n_threads)))
 
     def _each_thread(self, fn) -> None:
         """fn(w) for every worker w, in parallel; exceptions propagate."""
