@@ -208,8 +208,8 @@ def ours(data, evaluation: str, modes: dict[str, dict], epochs: int,
             if tr in seen:  # a mode that is now the default is the same run as `replay`
                 continue
             seen.append(tr)
-            setting = (f"{name}, batch {tr['batch_size']:,}" if isinstance(tr["batch_size"], int)
-                       else f"{name}, batch {tr['batch_size']}")
+            bs = tr["batch_size"]
+            setting = f"{name}, batch {bs:,}" if isinstance(bs, int) else f"{name}, batch {bs}"
             if "shuffle" in tr:
                 setting += f", shuffle {tr['shuffle']}"
             with tempfile.TemporaryDirectory() as tmp:
