@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/tuner bench
 	$(BIN)/python benchmarks/roofline.py --repeat 2
 	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/peers.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -92,6 +92,12 @@ def epoch_seconds(workers, data, rng, theta):
     return time.perf_counter() - t0, time.process_time() - c0
 
 
+def terms_per_position(store) -> float:
+    """Terms per position of a replay store: its operands and records (the unit of ns per
+    term)."""
+    return (store.opnd_off[-1] + np.diff(store.t_first)[store.tmpl].sum()) / store_len(store)
+
+
 def in_cache_ns(ev, data, n_cache, repeat, specialised=True):
     """ns per position (CPU time, 1 thread) of the player (the specialised one the epochs use,
     or the interpreter) on a store small enough to stay in cache, played in store order."""
@@ -137,7 +143,7 @@ def main():
         store = record_store(ev, data.positions, data.results, 1 / 400, max(a.threads))
         rec_s = time.perf_counter() - t0
         nbytes = store_nbytes(store)
-        terms = (store.opnd_off[-1] + np.diff(store.t_first)[store.tmpl].sum()) / store_len(store)
+        terms = terms_per_position(store)
         ns_pos = in_cache_ns(ev, data, a.cache_positions, a.repeat)
         ns_interp = in_cache_ns(ev, data, a.cache_positions, a.repeat, specialised=False)
         print(f"\n{name}: {n:,} positions, store {nbytes / n:.0f} bytes/position, "
