@@ -37,3 +37,7 @@ from tuner.train.commands import bench_cmd, configs_cmd, train_cmd  # noqa: E402
 main.add_command(train_cmd)
 main.add_command(configs_cmd)
 main.add_command(bench_cmd)
+
+# --- sweeps (sweep) ---------------------------------------------------------------------------
+from tuner.sweep_cli import sweep_cmd  # noqa: E402  (light: click only)
+main.add_command(sweep_cmd)
