@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from tuner.fileio import WriteError, atomic_write, read_json
-from .config import NUM, SCHEMA, Config, ConfigError, Key, _a, _between, _check_type, _one_of, \
+from .config import NUM, SCHEMA, ConfigError, Key, _a, _between, _check_type, _one_of, \
     _type_name, load_config
 from .loop import CHECKPOINT, TrainingError, find_data, start_run
 from .progress import Observer
