@@ -148,8 +148,7 @@ def test_on_a_local_ray_the_table_is_bitwise_the_sequential_one(sequential, tmp_
         raise AssertionError("the trials ran in this process, not as Ray tasks")
 
     monkeypatch.setattr(sweep_mod, "in_order", not_here)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         lines: list[str] = []
         ranked, sweep = run_sweep(_files(tmp_path, 'cluster = "local"'), tmp_path / "out",
