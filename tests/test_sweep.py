@@ -237,6 +237,23 @@ def test_a_directory_of_another_sweep_is_refused(sequential, tmp_path):
         run_sweep(path, out)
 
 
+def test_a_failed_trial_ranks_last_with_its_error_and_the_others_go_on(tmp_path):
+    path = _files(tmp_path)
+    path.write_text(SWEEP.format(extra="").replace("[0.5, 2.0]", "[1e12, 2.0]")
+                    .replace("[256, 1024]", "[1024]"))
+    lines: list[str] = []
+    ranked, _ = run_sweep(path, tmp_path / "out", log=lines.append)
+    assert [r["trial"] for r in ranked] == ["trial-002", "trial-001"]
+    good, failed = ranked
+    assert good["status"] == "done" and math.isfinite(good["best_val_loss"])
+    assert failed["status"].startswith("failed: ") and "smaller learning rate" in failed["status"]
+    assert math.isnan(failed["best_val_loss"]) and failed["epochs"] == 0
+    assert json.loads((tmp_path / "out" / "trial-001" / TRIAL_RESULT).read_text())["status"] \
+        == failed["status"]
+    last = (tmp_path / "out" / RESULTS_CSV).read_text().splitlines()[-1].split(",")
+    assert last[:2] == ["2", "trial-001"] and last[4] == "nan"
+
+
 def test_rank_puts_failed_trials_last_and_keeps_trial_order_on_ties():
     rows = [{"trial": f"t{i}", "best_val_loss": v} for i, v in
             enumerate([0.2, math.nan, 0.1, 0.2])]

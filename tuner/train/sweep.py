@@ -332,6 +332,7 @@ def run_trial(trial: Trial, log: Callable[[str], None] = lambda line: None,
             raise
         row.update(best_val_loss=math.nan, best_epoch=0, epochs=0, train_loss=math.nan,
                    val_loss=math.nan, status=f"failed: {e}")
+        trial.out.mkdir(parents=True, exist_ok=True)  # a run that never checkpointed removed it
     atomic_write(done, json.dumps(row))
     return row
 
@@ -427,8 +428,9 @@ def run_sweep(sweep_path: str | Path, out: str | Path | None = None, *,
 
         def done(row: dict) -> None:
             rows[row["trial"]] = row
-            log(f"sweep: {row['trial']} {row['status']}: best validation loss "
-                f"{row['best_val_loss']:.6f} (epoch {row['best_epoch']})")
+            log(f"sweep: {row['trial']} {row['status']}" + (
+                f": best validation loss {row['best_val_loss']:.6f} (epoch {row['best_epoch']})"
+                if row["status"] == "done" else ""))
 
         backend = on_ray if sweep.cluster else in_order
         if todo:
