@@ -128,6 +128,7 @@ def test_a_killed_sweep_resumes_without_running_finished_trials_again(sequential
     result = CliRunner().invoke(main, ["sweep", "--config", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "sweep: resumed; 2 trial(s) finished, not run again" in result.output
+    assert "rank  trial" in result.output and f"done: {out / RESULTS_CSV}" in result.output
     for n, before in finished.items():  # not run again: not one byte of theirs changed
         assert [(out / n / f).read_bytes() for f in (TRIAL_RESULT, "train.log")] \
             + [(out / n / TRIAL_RESULT).stat().st_mtime_ns] == before
@@ -175,13 +176,23 @@ def test_without_ray_a_cluster_says_how_to_install_it(tmp_path, monkeypatch):
     assert result.exit_code == 2
     err = result.output.strip()
     assert err.count("\n") == 0 and "pip install 'tuner[ray]'" in err and str(path) in err
-    assert not list((tmp_path / "out").glob("trial-*/checkpoint.npz"))  # no trial ran
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+    monkeypatch.chdir(tmp_path)
+    bare = _files(tmp_path / "bare")  # --cluster on the command line: the same line
+    result = CliRunner().invoke(main, ["sweep", "--config", str(bare), "--cluster", "local"])
+    assert result.exit_code == 2 and "pip install 'tuner[ray]'" in result.output
+    result = CliRunner().invoke(main, ["sweep", "--config", str(bare), "--cluster", "yarn"])
+    assert result.exit_code == 2 and "--cluster: must be" in result.output and "'yarn'" in \
+        result.output
+    assert not (tmp_path / "sweeps").exists()
     help_text = " ".join(CliRunner().invoke(main, ["sweep", "--help"]).output.split())
     assert "pip install 'tuner[ray]'" in help_text
 
 
 @pytest.mark.parametrize("values, extra, expected", [
     ('"optimizer.lr" = [1.0, -2.0]', "", ["optimizer.lr = -2.0", "[optimizer] lr", "-2.0"]),
+    ('"data.train" = ["tiny", "no-such-set"]', "", ["trial-002", 'data.train = "no-such-set"',
+                                                    "no-such-set"]),
     ('"optimizer.nope" = [1]', "", ["'optimizer.nope'", "not a configuration key"]),
     ('"validation.folds" = [2]', "", ["'validation.folds'", "does not vary [validation]"]),
     ('"optimizer.lr" = []', "", ["'optimizer.lr'", "non-empty list"]),

@@ -281,13 +281,16 @@ def load_sweep(path: str | Path, out: str | Path, cluster: str | None = None) ->
     store = cfg["training"]["store_cache"] or str(out / STORE)
     trials = tuple(Trial(f"trial-{i + 1:0{width}d}", combo, out / f"trial-{i + 1:0{width}d}",
                          base, store, threads) for i, combo in enumerate(combos))
+    from tuner.data import DatasetError
+    find_data(cfg)  # a missing dataset fails before the sweep's directory exists
     for t in trials:
         try:
-            cfg.with_values(t.changes())
-        except ConfigError as e:
+            trial_cfg = cfg.with_values(t.changes())
+            if "data.train" in values:
+                find_data(trial_cfg)
+        except (ConfigError, DatasetError) as e:
             shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in t.values.items())
             raise ConfigError(f"{p}: [sweep.values] {t.name} ({shown}): {e}") from None
-    find_data(cfg)  # a missing dataset fails before the sweep's directory exists
     return Sweep(p, base, tuple(values), trials, cluster, got["cpus_per_trial"], out)
 
 
@@ -345,15 +348,20 @@ def in_order(sweep: Sweep, trials: list[Trial], log: Callable[[str], None],
         done(run_trial(t, lambda line, name=t.name: log(f"[{name}] {line}"), observer))
 
 
+def import_ray(sweep: Sweep):
+    """The `ray` module; a `ConfigError` saying how to install it when it is not there."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"{sweep.path}: cluster = {sweep.cluster!r}: {RAY_MISSING}") from None
+    return ray
+
+
 def on_ray(sweep: Sweep, trials: list[Trial], log: Callable[[str], None],
            observer: Observer | None, done: Callable[[dict], None]) -> None:
     """Every trial as a Ray task reserving ``cpus_per_trial`` CPUs, on the sweep's cluster (or
     the Ray this process has already started); rows are reported as tasks finish."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(f"{sweep.path}: [sweep] cluster = {sweep.cluster!r}: "
-                          f"{RAY_MISSING}") from None
+    ray = import_ray(sweep)
     started = not ray.is_initialized()
     if started:
         try:
@@ -393,6 +401,8 @@ def run_sweep(sweep_path: str | Path, out: str | Path | None = None, *,
     returns the ranked rows and the sweep. `cluster` overrides the file's ``[sweep] cluster``."""
     out = Path(out) if out is not None else Path("sweeps") / Path(sweep_path).stem
     sweep = load_sweep(sweep_path, out, cluster)
+    if sweep.cluster:
+        import_ray(sweep)  # before the directory exists
     trials_meta = [{"name": t.name, "values": t.values} for t in sweep.trials]
     try:
         out.mkdir(parents=True, exist_ok=True)
