@@ -317,25 +317,28 @@ def run_trial(trial: Trial, log: Callable[[str], None] = lambda line: None,
     if done.exists():
         return read_json(done, ConfigError)
     row = {"trial": trial.name, **trial.values}
+    if (trial.out / CHECKPOINT).exists():
+        run = start_run(None, None, str(trial.out), None, trial.threads, log=log,
+                        observer=observer)
+    else:
+        run = start_run(str(trial.config), str(trial.out), None, None, trial.threads, log=log,
+                        observer=observer, changes=trial.changes())
     try:
-        if (trial.out / CHECKPOINT).exists():
-            run = start_run(None, None, str(trial.out), None, trial.threads, log=log,
-                            observer=observer)
-        else:
-            run = start_run(str(trial.config), str(trial.out), None, None, trial.threads, log=log,
-                            observer=observer, changes=trial.changes())
         run.log(f"sweep trial {trial.name}: "
                 + ", ".join(f"{k} = {json.dumps(v)}" for k, v in trial.values.items()))
-        history = run.run()
+        history = run.run()  # releases the lock, however it ends
+    except TrainingError as e:  # diverged, unplayable ...: deterministic, so not run again
+        run.lock.release()
+        row.update(best_val_loss=math.nan, best_epoch=run.best_epoch, epochs=run.epoch,
+                   train_loss=math.nan, val_loss=math.nan, status=f"failed: {e}")
+        trial.out.mkdir(parents=True, exist_ok=True)  # a run that never checkpointed removed it
+    except BaseException:
+        run.lock.release()
+        raise
+    else:
         row.update(best_val_loss=float(run.best_val), best_epoch=run.best_epoch, epochs=run.epoch,
                    train_loss=float(history["train_loss"][-1]),
                    val_loss=float(history["val_loss"][-1]), status="done")
-    except TrainingError as e:  # diverged, unplayable ...: deterministic, so not run again
-        if "another tuner process" in str(e):
-            raise
-        row.update(best_val_loss=math.nan, best_epoch=0, epochs=0, train_loss=math.nan,
-                   val_loss=math.nan, status=f"failed: {e}")
-        trial.out.mkdir(parents=True, exist_ok=True)  # a run that never checkpointed removed it
     atomic_write(done, json.dumps(row))
     return row
 
