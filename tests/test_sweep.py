@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +50,9 @@ config = "base.toml"
 training.batch_size = [256, 1024]
 """
 KEYS = ("optimizer.lr", "training.batch_size")
+#: Epochs of the trial whose Ray worker is killed: long enough to kill it between its first
+#: checkpoint and its end.
+LONG_EPOCHS = 150
 #: How long the killed sweep's process may take to finish its first trials.
 KILL_AFTER_S = 600
 
@@ -140,23 +144,27 @@ def test_a_killed_sweep_resumes_without_running_finished_trials_again(sequential
             assert np.array_equal(a["theta"], b["theta"])
 
 
-def test_on_a_local_ray_the_table_is_bitwise_the_sequential_one(sequential, tmp_path,
-                                                                monkeypatch):
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 2 CPUs for the module's Ray tests, shut down after them."""
     ray = pytest.importorskip("ray", reason="Ray is installed by `make` (pip install "
                                             "'tuner[ray]')")
-
-    def not_here(*args):
-        raise AssertionError("the trials ran in this process, not as Ray tasks")
-
-    monkeypatch.setattr(sweep_mod, "in_order", not_here)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    try:
-        lines: list[str] = []
-        ranked, sweep = run_sweep(_files(tmp_path, 'cluster = "local"'), tmp_path / "out",
-                                  log=lines.append)
-        assert ray.is_initialized()  # the sweep's Ray was this one, left running
-    finally:
-        ray.shutdown()
+    yield ray
+    ray.shutdown()
+
+
+def _not_here(*args):
+    raise AssertionError("the trials ran in this process, not as Ray tasks")
+
+
+def test_on_a_local_ray_the_table_is_bitwise_the_sequential_one(sequential, local_ray, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setattr(sweep_mod, "in_order", _not_here)
+    lines: list[str] = []
+    ranked, sweep = run_sweep(_files(tmp_path, 'cluster = "local"'), tmp_path / "out",
+                              log=lines.append)
+    assert local_ray.is_initialized()  # the sweep's Ray was this one, left running
     assert sweep.cluster == "local"
     assert any("submitted to Ray" in line for line in lines)
     seq_out, seq_ranked, _ = sequential
@@ -166,6 +174,51 @@ def test_on_a_local_ray_the_table_is_bitwise_the_sequential_one(sequential, tmp_
         with np.load(tmp_path / "out" / row["trial"] / CHECKPOINT) as a, \
                 np.load(seq_out / row["trial"] / CHECKPOINT) as b:
             assert np.array_equal(a["theta"], b["theta"])
+
+
+def _holder_of_lock(folder: Path) -> int:
+    """The process holding the flock of `folder` (its run's lock), from /proc/locks."""
+    inode = folder.stat().st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and fields[-3].endswith(f":{inode}"):
+            return int(fields[-4])
+    raise AssertionError(f"no process holds the lock of {folder}")
+
+
+def test_a_ray_worker_killed_mid_trial_is_retried_by_ray_and_the_trial_resumes_bitwise(
+        local_ray, tmp_path, monkeypatch):
+    """Kill -9 the Ray worker training a trial once it has checkpointed: Ray runs the task
+    again, the trial resumes from its checkpoint, and its parameters are the sequential run's."""
+    long_base = BASE.replace("epochs = 2", f"epochs = {LONG_EPOCHS}")
+    one = '[sweep]\nconfig = "base.toml"\n{extra}\n[sweep.values]\n"optimizer.lr" = [2.0]\n'
+    (tmp_path / "base.toml").write_text(long_base)
+    (tmp_path / "seq.toml").write_text(one.format(extra=""))
+    (tmp_path / "ray.toml").write_text(one.format(extra='cluster = "local"'))
+    run_sweep(tmp_path / "seq.toml", tmp_path / "seq")
+    trial = tmp_path / "ray" / "trial-001"
+    killed: list[int] = []
+
+    def kill_the_worker():
+        while not (trial / CHECKPOINT).exists():
+            time.sleep(0.02)
+        killed.append(_holder_of_lock(trial))
+        os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_worker, daemon=True)
+    killer.start()
+    monkeypatch.setattr(sweep_mod, "in_order", _not_here)
+    ranked, _ = run_sweep(tmp_path / "ray.toml", tmp_path / "ray")
+    killer.join(timeout=0)
+    assert killed and killed[0] != os.getpid()
+    log = (trial / "train.log").read_text()
+    assert "resumed from" in log and log.count("sweep trial trial-001") == 2
+    assert ranked[0]["epochs"] == LONG_EPOCHS
+    assert (tmp_path / "ray" / RESULTS_CSV).read_bytes() == \
+        (tmp_path / "seq" / RESULTS_CSV).read_bytes()
+    with np.load(trial / CHECKPOINT) as a, np.load(tmp_path / "seq" / "trial-001" / CHECKPOINT) \
+            as b:
+        assert np.array_equal(a["theta"], b["theta"])
 
 
 def test_without_ray_a_cluster_says_how_to_install_it(tmp_path, monkeypatch):
