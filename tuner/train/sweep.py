@@ -60,6 +60,7 @@ TRIAL_RESULT = "trial.json"
 STORE = "store"
 #: Most trials a sweep may have (a grid's product grows fast).
 MAX_TRIALS = 10_000
+#: Most CPUs a trial may reserve on a cluster.
 MAX_CPUS = 1024
 #: The one line that says how to get Ray.
 RAY_MISSING = "Ray is not installed; install it with: pip install 'tuner[ray]'"
@@ -363,7 +364,8 @@ def import_ray(sweep: Sweep):
 def on_ray(sweep: Sweep, trials: list[Trial], log: Callable[[str], None],
            observer: Observer | None, done: Callable[[dict], None]) -> None:
     """Every trial as a Ray task reserving ``cpus_per_trial`` CPUs, on the sweep's cluster (or
-    the Ray this process has already started); rows are reported as tasks finish."""
+    the Ray this process has already started); rows are reported as tasks finish. `observer` is
+    not used: a trial's progress stays on its worker (its train.log has every line)."""
     ray = import_ray(sweep)
     started = not ray.is_initialized()
     if started:
