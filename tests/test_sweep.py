@@ -323,3 +323,20 @@ def test_rank_puts_failed_trials_last_and_keeps_trial_order_on_ties():
             enumerate([0.2, math.nan, 0.1, 0.2])]
     assert [(r["rank"], r["trial"]) for r in rank(rows)] == [(1, "t2"), (2, "t0"), (3, "t3"),
                                                               (4, "t1")]
+
+
+def test_the_picture_has_a_panel_per_key_log_for_spread_numbers_names_for_the_rest():
+    from tuner.plots.sweep import sweep_figure
+    rows = [{"trial": "t1", "optimizer.lr": 0.1, "optimizer.name": "adamw", "best_val_loss": 0.2},
+            {"trial": "t2", "optimizer.lr": 10.0, "optimizer.name": "sgd", "best_val_loss": 0.1},
+            {"trial": "t3", "optimizer.lr": 1.0, "optimizer.name": "sgd",
+             "best_val_loss": math.nan}]
+    fig = sweep_figure(rows, ["optimizer.lr", "optimizer.name"])
+    lr, name = fig.axes
+    assert lr.get_xscale() == "log" and name.get_xscale() == "linear"
+    assert [t.get_text() for t in name.get_xticklabels()] == ["adamw", "sgd"]
+    trials, best = lr.lines
+    assert list(trials.get_xdata()) == [0.1, 10.0]  # the failed trial is left out
+    assert list(best.get_xdata()) == [10.0] and list(best.get_ydata()) == [0.1]
+    with pytest.raises(ValueError, match="has no 'training.epochs'"):
+        sweep_figure(rows, ["training.epochs"])
