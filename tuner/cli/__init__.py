@@ -1,4 +1,4 @@
-"""Command-line interface: `tuner train|configs|bench|eval|verify|export|params|examples|plot|diff|convert|data`.
+"""Command-line interface: `tuner train|sweep|configs|bench|eval|verify|export|params|examples|plot|diff|convert|data`.
 
 Every Click command of the package lives in this package, one module per group of commands
 (`evals`, `verify`, `plots`, `data`, `train`), and this package is the only one that talks to the
@@ -46,3 +46,8 @@ from .train import bench_cmd, configs_cmd, train_cmd  # noqa: E402
 main.add_command(train_cmd)
 main.add_command(configs_cmd)
 main.add_command(bench_cmd)
+
+# --- sweeps (sweep) ---------------------------------------------------------------------------
+from .sweep import sweep_cmd  # noqa: E402
+
+main.add_command(sweep_cmd)
