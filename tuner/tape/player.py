@@ -34,7 +34,7 @@ table, offsets, counts, operand slots, finite scalars) before any player sees it
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager
 trainer's sweeps over the recording add them: replay equals eager bitwise, by construction, since
-both run the same records through the same `forward_op` / `backward_op`.
+both run the same records through the same form functions (`tuner.tape.ops.FORM_TABLE`).
 """
 from __future__ import annotations
 
