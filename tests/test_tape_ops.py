@@ -329,23 +329,42 @@ CASES = [
                                    for j in range(2)])),
 ]
 
-TABLE_OPS = {  # every public recorder of the op table must be exercised above
-    "add", "sub", "mul", "div", "pow", "exp", "log", "sigmoid", "neg", "pow_const", "add_scalar",
-    "sub_scalar", "scalar_sub", "mul_scalar", "div_scalar", "scalar_div", "pair_add", "pair_sub",
-    "pair_mul", "pair_neg", "pair_sigmoid", "pair_mul_scalar", "pair_div_scalar",
-    "scalar_div_pair", "pair_mul_value", "value_mul_pair", "pair_div_value", "value_div_pair",
-    "eg_scale", "add_clamped_eg", "phase", "sum", "lincomb_pair", "lincomb_value",
-    "add_winnable_eg", "eg_scale_by_sign", "const", "const_pair", "sigmoid_sq_err", "sigmoid_xent",
-}
+#: Every public recorder of the op table (`record_loss` records the loss forms' recorders' records,
+#: `test_record_loss_is_the_loss_forms_recorder`).
+TABLE_OPS = {n[len("record_"):] for n in dir(ops) if n.startswith("record_")} - {"loss"}
 
 
-def test_every_recorder_is_covered():
-    recorders = {n[len("record_"):] for n in dir(ops) if n.startswith("record_")}
-    assert recorders == TABLE_OPS
+def test_every_form_and_every_recorder_is_covered():
+    # Derived from the table: every form has a case recording it.
+    recorded = {tag.split(":")[0] for c in CASES for tag in c.tags}
+    assert recorded >= set(ops.FORM_NAMES), set(ops.FORM_NAMES) - recorded
     # A case is named after its op, possibly with a suffix (add_clamped_eg_pos_keeps, ...).
     covered = {max((op for op in TABLE_OPS if c.name == op or c.name.startswith(op + "_")),
                    key=len, default=None) for c in CASES}
-    assert TABLE_OPS <= covered
+    assert TABLE_OPS <= covered and len(TABLE_OPS) >= ops.N_FORMS
+
+
+@pytest.mark.parametrize("loss", ops.LOSS_FORMS, ids=[ops.FORM_NAMES[f] for f in ops.LOSS_FORMS])
+def test_record_loss_is_the_loss_forms_recorder(loss):
+    own = getattr(ops, "record_" + ops.FORM_NAMES[loss])
+    tapes = []
+    for record in (lambda t: own(t, 0, 0.7, 0.25), lambda t: ops.record_loss(t, 0, 0.7, 0.25, loss)):
+        t = new_tape(1, 0, records=2)
+        t.arena.val[0] = 1.3
+        record(t)
+        tapes.append(t)
+    assert tapes[0].rec.op[0] == tapes[1].rec.op[0] == ops.tag(loss)
+    assert tapes[0].arena.val[1] == tapes[1].arena.val[1] and np.isfinite(tapes[0].arena.val[1])
+    assert ops.LOSS_BY_NAME[ops.FORM_TABLE[loss].loss] == loss
+
+
+def test_record_loss_refuses_a_form_that_is_not_a_loss():
+    with pytest.raises(ValueError, match="not a loss form"):
+        ops.record_loss(new_tape(1, 0, records=2), 0, 0.7, 0.25, ops.F_VV)
+
+
+def test_the_loss_names_are_the_training_settings():
+    assert set(ops.LOSS_BY_NAME) == {"mse", "cross_entropy"}
 
 
 # ------------------------------------------------------------------------------------------------

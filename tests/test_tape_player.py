@@ -698,3 +698,18 @@ def test_max_nary_is_the_u16_limit():
     with pytest.raises(FreezeError, match=rf"position 0, record 0 \(tag \d+, lincomb_pair\): has "
                                           rf"more than {MAX_NARY} operands"):
         freeze(t.rec, np.array([[o]]))
+
+
+def test_the_interpreter_dispatch_is_generated_from_the_form_table():
+    from tuner.tape.player import interpreter_source
+
+    source = interpreter_source()
+    for f, row in enumerate(ops.FORM_TABLE):
+        # One branch each way (a loss form once more, in the linear fast case).
+        branches = source.count(f"form == {f}:  # {row.name}\n")
+        assert branches == (3 if row.loss else 2), row.name
+        assert ops.call(f, False) in source
+        if row.bwd is not None:
+            assert ops.call(f, True) in source
+    # A tag of no form stops the sweep in every dispatch, never running the last branch.
+    assert source.count("else:\n                return op") == 3

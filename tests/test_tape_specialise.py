@@ -1,17 +1,25 @@
 """Specialised players (tuner/tape/specialise.py): a store's templates written out as code.
 
-* Every op of the table, in random composite graphs (the generator of test_tape_graphs.py) as the
-  positions of one store of several templates: the specialised player gives the interpreter's
-  outputs, slots and parameter gradients bit for bit, forward only and with gradients, rows
-  shuffled and repeated. One store covers every form, so the suite compiles one module.
-* The call table covers every form; a store with too many templates is not specialised; a
-  position of a template the player has no block for stops it with `NO_BLOCK`.
+* Every form of the table (`tuner.tape.ops.FORM_TABLE`, each loss form too), in random composite
+  graphs (the generator of test_tape_graphs.py) as the positions of one store of several
+  templates: the specialised player gives the interpreter's outputs, slots and parameter
+  gradients bit for bit, forward only and with gradients, rows shuffled and repeated. One small
+  store covers every form, and one compiled module serves every test (the suite compiles one).
+* Every row's calls name its functions with as many arguments as they take; each call of the
+  generated text is labelled with its record's tag; a store with too many templates is not
+  specialised; a position of a template the player has no block for stops it with `NO_BLOCK`.
+* Drivers are compiled again from their own code with ``play`` bound to the specialised player,
+  never copied by source; one that does not call ``play`` is refused.
+* A generated module that fails to run is not left in `sys.modules`; the generated file's path
+  and its templates are logged at debug level.
 * Training: `Workers` with and without a specialised player give the same loss and gradient bits
-  on both reference evaluations.
+  (the material evaluation: a small one to compile).
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
+import logging
 import sys
 from pathlib import Path
 
@@ -19,15 +27,15 @@ import numpy as np
 import pytest
 
 from tuner.evals import get_evaluation
-from tuner.tape import freeze, ops, play
-from tuner.tape.specialise import (CALLS, MAX_TEMPLATES, NO_BLOCK, player_source, specialisable,
-                                   specialise)
+from tuner.tape import Graph, Value, freeze, ops, play
+from tuner.tape.specialise import (MAX_TEMPLATES, NO_BLOCK, player_source, specialisable,
+                                   specialise, template_summary)
 from tuner.train.kernels import replay_chunks
 from tuner.train.record import record_store
 from tuner.train.workers import ReplaySource, Workers
 
-from test_tape_graphs import N_PP, N_VP, OPS, make_plan
-from test_tape_player import assert_same_bits, fresh_arena, record_positions
+from test_tape_graphs import N_PP, N_VP, OPS, make_plan, record_plan
+from test_tape_player import K, assert_same_bits, fresh_arena
 
 SEED = 20261201
 
@@ -47,34 +55,69 @@ def covering_plans(n_plans: int, length: int):
     return plans, vparams, pparams
 
 
+def record_positions(plans, targets, vparams, pparams):
+    """Position i: plan i's evaluation (segment 0), then its loss of form ``LOSS_FORMS[i % 2]``
+    times 0.5 (segment 1). The graph and the ``outputs`` of `freeze`."""
+    g = Graph(N_VP, N_PP, records=sum(len(p) for p in plans) + 8 * len(plans))
+    g.tape.arena.val[:N_VP] = vparams
+    g.tape.arena.pair_val[:N_PP] = pparams
+    outs = [record_plan(steps, vparams, pparams, g)[1][-1] for steps in plans]
+    losses = [Value(g, ops.record_loss(g.tape, o.index, K, y,
+                                       ops.LOSS_FORMS[i % len(ops.LOSS_FORMS)])) * 0.5
+              for i, (o, y) in enumerate(zip(outs, targets))]
+    return g, np.array([[o.index for o in outs], [x.index for x in losses]], np.int64)
+
+
 @pytest.fixture(scope="module")
 def store_and_point():
-    plans, vparams, pparams = covering_plans(4, 12)
-    # Each plan three times: positions of one template that differ only in their targets.
-    positions = [p for p in plans for _ in range(3)]
+    plans, vparams, pparams = covering_plans(2, 2)
+    # Each plan with each loss form (four templates), each twice: positions that differ only in
+    # their targets.
+    positions = [p for p in plans for _ in ops.LOSS_FORMS for _ in range(2)]
     targets = np.random.default_rng(SEED).uniform(0, 1, len(positions))
     g, outputs = record_positions(positions, targets, vparams, pparams)
     store = freeze(g.tape.rec, outputs)
     return store, vparams, pparams
 
 
-def test_every_form_has_its_calls():
-    assert sorted(CALLS) == list(range(ops.N_FORMS))
+@pytest.fixture(scope="module")
+def module(store_and_point):
+    """The specialised module of the store, with the replay driver: compiled once for the file."""
+    return specialise(store_and_point[0], [replay_chunks])
+
+
+def test_every_row_calls_its_functions_with_their_arguments():
+    for f, row in enumerate(ops.FORM_TABLE):
+        for fn, args, backward in ((row.fwd, row.fwd_args, False), (row.bwd, row.bwd_args, True)):
+            if fn is None:
+                assert f in (ops.F_CONST, ops.F_CONST_PAIR) and not args
+                continue
+            n = len(inspect.signature(fn.py_func).parameters)
+            assert len(args.split(", ")) == n, (row.name, args)
+            assert ops.call(f, backward).startswith(fn.__name__ + "(")
 
 
 def test_the_store_covers_every_form(store_and_point):
     store = store_and_point[0]
     forms = {int(t) >> ops.KERNEL_BITS for t in store.t_op}
-    # Leaves, n-ary records, the loss: every form the graphs record, and the graphs record all.
-    assert forms == set(range(ops.N_FORMS)) - {ops.F_SIGMOID_XENT} or forms == set(
-        range(ops.N_FORMS))
+    # Leaves, n-ary records, both losses: every form of the table.
+    assert forms == set(range(ops.N_FORMS)), set(ops.FORM_NAMES) - {ops.FORM_NAMES[f] for f in forms}
     assert len(store.t_temps) == 4 and specialisable(store)
 
 
+def test_the_generated_calls_are_labelled_with_their_tags(store_and_point):
+    store = store_and_point[0]
+    source = player_source(store)
+    for op in set(int(t) for t in store.t_op):
+        assert f"  # {ops.tag_name(op)}\n" in source
+    assert "import inspect" not in source and "def replay_chunks" not in source
+    summary = template_summary(store)
+    assert summary.count("template ") == 4 and ops.tag_name(int(store.t_op[0])) in summary
+
+
 @pytest.mark.parametrize("scale", [1e-2, 1.0])
-def test_specialised_equals_interpreted_bit_for_bit(store_and_point, scale):
+def test_specialised_equals_interpreted_bit_for_bit(store_and_point, module, scale):
     store, vparams, pparams = store_and_point
-    module = specialise(store)
     rng = np.random.default_rng(int(scale * 100))
     new_v = vparams + scale * rng.uniform(-1, 1, N_VP)
     new_p = pparams + scale * rng.uniform(-1, 1, (N_PP, 2))
@@ -96,21 +139,64 @@ def test_specialised_equals_interpreted_bit_for_bit(store_and_point, scale):
             assert np.any(a1.pair_grad[:N_PP] != 0.0)
 
 
-def test_a_template_without_a_block_stops_the_player(store_and_point):
+def test_a_template_without_a_block_stops_the_player(store_and_point, module):
     store, vparams, pparams = store_and_point
-    module = specialise(store)
     other = store._replace(tmpl=np.full_like(store.tmpl, len(store.t_temps)))
     outputs = np.zeros((1, store.t_out_slots.shape[1]))
     arena = fresh_arena(store, vparams, pparams)
     assert module.play(other, arena, np.zeros(1, np.int64), 1.0, True, outputs) == NO_BLOCK
 
 
-def test_drivers_are_rebound_to_the_specialised_player(store_and_point):
+def test_drivers_are_rebound_to_the_specialised_player(store_and_point, module):
+    driver = module.replay_chunks
+    assert driver is not replay_chunks and driver.py_func.__code__ is replay_chunks.py_func.__code__
+    assert driver.py_func.__globals__["play"] is module.play
+    assert replay_chunks.py_func.__globals__["play"] is play
+    assert driver.py_func.__qualname__ == f"replay_chunks__{module.__name__}"
+    assert specialise(store_and_point[0], [replay_chunks]).replay_chunks is driver
+    # The rebound driver plays the specialised player: a position of a template it has no block
+    # for stops it (the interpreter's driver plays it).
+    store, vparams, pparams = store_and_point
+    other = store._replace(tmpl=np.full_like(store.tmpl, len(store.t_temps)))
+    one = np.zeros(1, np.int64)
+    with pytest.raises(ValueError, match="unknown record tag"):
+        driver(other, fresh_arena(store, vparams, pparams), one, 1, one, 1.0, False,
+               np.zeros((1, 2)), np.zeros((1, 2 * N_PP + N_VP)), np.zeros(1))
+
+
+def test_a_driver_that_does_not_call_play_is_refused(store_and_point, module):
+    from tuner.train.kernels import store_order
+
+    with pytest.raises(ValueError, match="does not call play"):
+        specialise(store_and_point[0], [store_order])
+
+
+def test_a_module_that_fails_to_run_is_not_left_imported(store_and_point, monkeypatch, tmp_path):
+    from tuner.tape import specialise as sp
+
+    monkeypatch.setattr(sp, "_folder", lambda: tmp_path / "players")
+    broken = player_source(store_and_point[0]) + "\nraise RuntimeError('broken on purpose')\n"
+    monkeypatch.setattr(sp, "player_source", lambda st: broken)
+    name = "tuner_player_" + hashlib.blake2b(broken.encode(), digest_size=10).hexdigest()
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        sp.specialise(store_and_point[0])
+    assert name not in sys.modules and (tmp_path / "players" / f"{name}.py").exists()
+
+
+def test_the_generated_file_and_its_templates_are_logged(store_and_point, monkeypatch, tmp_path,
+                                                          caplog):
+    from tuner.tape import specialise as sp
+
+    monkeypatch.setattr(sp, "_folder", lambda: tmp_path / "players")
     store = store_and_point[0]
-    source = player_source(store, [replay_chunks])
-    assert "def replay_chunks(" in source and "def play(" in source
-    assert "from tuner.train.kernels import play" not in source
-    assert specialise(store, [replay_chunks]).replay_chunks is not replay_chunks
+    name = "tuner_player_" + hashlib.blake2b(player_source(store).encode(),
+                                             digest_size=10).hexdigest()
+    monkeypatch.delitem(sys.modules, name, raising=False)  # not the one imported already
+    with caplog.at_level(logging.DEBUG, logger="tuner.tape.specialise"):
+        module = sp.specialise(store)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "tuner.tape.specialise"]
+    assert str(tmp_path / "players" / f"{name}.py") in message and module.__file__ in message
+    assert template_summary(store) in message
 
 
 def test_too_many_templates_are_not_specialised(store_and_point):
@@ -121,24 +207,23 @@ def test_too_many_templates_are_not_specialised(store_and_point):
         specialise(many)
 
 
-@pytest.mark.parametrize("name", ["clockwork", "clockwork-10d79e6"])
-def test_workers_give_the_same_bits_with_a_specialised_player(tiny, name):
-    ev = get_evaluation(name)
-    positions, results = tiny.positions[:3000], tiny.results[:3000]
-    store = record_store(ev, positions, results, 1 / 400, 1, micro=256)
+def test_workers_give_the_same_bits_with_a_specialised_player(tiny):
+    ev = get_evaluation("material")
+    positions, results = tiny.positions[:600], tiny.results[:600]
+    store = record_store(ev, positions, results, 1 / 400, 1, micro=128)
     reg = ev.registry
     theta = np.random.default_rng(1).normal(size=2 * reg.n_params + reg.n_values) * 20
-    order = np.random.default_rng(2).permutation(len(results))[:2500]
+    order = np.random.default_rng(2).permutation(len(results))[:500]
     got = []
     for specialised in (False, True):
-        w = Workers(ReplaySource(store, specialised=specialised), 2, 128, len(order))
+        w = Workers(ReplaySource(store, specialised=specialised), 2, 64, len(order))
         assert (w.source.replay_chunks is replay_chunks) != specialised
         sse, grad = w.loss_grad(theta, order)
         got.append((sse, grad.copy()))
         w.close()
     assert got[0][0] == got[1][0]
-    assert_same_bits(got[0][1], got[1][1], name)
-    assert np.count_nonzero(got[0][1]) > 100
+    assert_same_bits(got[0][1], got[1][1], "material")
+    assert np.count_nonzero(got[0][1]) > 10
 
 
 def test_a_read_only_cache_still_gives_a_player(store_and_point, tmp_path, monkeypatch):

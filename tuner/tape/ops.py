@@ -23,39 +23,14 @@ SIGMOID    1 / (1 + exp -a)     out (1 - out)        .
 NEG        -a                   -1                   .
 =========  ===================  ===================  =================
 
-Forms (operands -> output; ``s0``/``s1`` are the record's scalars):
-
-================  =========================================  ==================================
-form              operands                                   public recorders
-================  =========================================  ==================================
-VV                value lhs, value rhs -> value              add sub mul div pow
-VS / SV           value lhs and s0 -> value                  add_scalar sub_scalar mul_scalar
-                                                             div_scalar pow_const / scalar_sub
-                                                             scalar_div
-V                 value lhs -> value                         exp log sigmoid neg
-PP                pair lhs, pair rhs -> pair (elementwise)   pair_add pair_sub pair_mul
-PS / SP           pair lhs and s0 -> pair                    pair_mul_scalar pair_div_scalar /
-                                                             scalar_div_pair
-PV / VP           pair lhs, value rhs -> pair                pair_mul_value pair_div_value /
-                                                             value_mul_pair value_div_pair
-P                 pair lhs -> pair (elementwise)             pair_neg pair_sigmoid
-EG_SCALE          pair lhs, s0 -> (mg, eg * s0)              eg_scale
-ADD_CLAMPED_EG    pair lhs, value rhs -> eg + v, clamped     add_clamped_eg
-PHASE             pair lhs, alpha = s0 -> value              phase
-SUM               n values -> value (Neumaier)               sum
-LINCOMB_PAIR      n (pair, c) -> sum c * pair                lincomb_pair
-LINCOMB_VALUE     n (value, c) -> sum c * value              lincomb_value
-ADD_WINNABLE_EG   pair lhs, value rhs -> eg + sign(eg) v,    add_winnable_eg
-                  clamped
-EG_SCALE_BY_SIGN  pair lhs -> (mg, eg * (s0 if eg > 0        eg_scale_by_sign
-                  else s1))
-CONST             s0 -> value (a leaf)                       const
-CONST_PAIR        (s0, s1) -> pair (a leaf)                  const_pair
-SIGMOID_SQ_ERR    value lhs -> (sigmoid(s0 lhs) - s1)^2      sigmoid_sq_err (the Texel loss of
-                                                             an eval, K = s0, result = s1)
-SIGMOID_XENT      value lhs -> -(s1 log p + (1 - s1)         sigmoid_xent (the cross-entropy
-                  log(1 - p)), p = sigmoid(s0 lhs)           loss, K = s0, target = s1)
-================  =========================================  ==================================
+Forms: `FORM_TABLE`, one `Form` row each (built by `form`, right after the form's forward and
+backward functions): its name, the kinds of its output and operands, how many of the record's
+f64 scalars ``s0``/``s1`` it reads, the kernels it takes, its forward and backward functions and
+the arguments they are called with. Everything else is derived from the rows: the validation
+tables (`FORM_OUT` ...), the players' dispatch (`tuner.tape.player.play` and the specialised
+players of `tuner.tape.specialise` are generated from the rows' calls), the loss forms (rows with
+a `Form.loss` name, recorded by `record_loss`) and the tests, which iterate the table. ``python
+-c "from tuner.tape.ops import describe_forms; print(describe_forms())"`` prints it.
 
 The clamped adds keep the sign of eg: if ``eg + w`` would cross zero the result is 0 and neither eg
 nor the value gets a gradient; an eg of exactly 0 stays 0 and passes its gradient. They and
@@ -65,14 +40,15 @@ exact when the parameters move.
 An n-ary record stores its operand offset in ``lhs`` and the operand count in ``rhs``.
 
 Recording (`record_*`) appends a record to a `Tape` and runs its form's forward function on the
-tape's arena: the same function the sweeps run. Every operand slot is checked first against the
+tape's arena: the same function the sweeps run (`_record`, its forward dispatched from the
+table). Every operand slot is checked first against the
 slots in use; a bad one is noted in the tape's error word and replaced by slot 0, never read
-(`tuner.tape.recording`, "Index checks"; `index_error` reads the word). The sweeps live in `tuner.tape.player`: a
-recording is frozen (validated, temporaries rebased) and played, so the dispatch by form is
-written once per direction, in the player's loop bodies (a dispatch function called per record
-would cost more than the arithmetic: Numba updates the reference counts of its array arguments
-on every call). Every function is ``@njit`` so that evaluations written in Numba call them
-directly.
+(`tuner.tape.recording`, "Index checks"; `index_error` reads the word). The sweeps live in
+`tuner.tape.player`: a recording is frozen (validated, temporaries rebased) and played; the
+players' dispatch by form is generated from the table's calls, written out in the loop bodies (a
+dispatch function called per record would cost more than the arithmetic: Numba updates the
+reference counts of its array arguments on every call). Every function is ``@njit`` so that
+evaluations written in Numba call them directly.
 """
 from __future__ import annotations
 
@@ -101,61 +77,11 @@ S_NONE, S_VALUE, S_PAIR = 0, 1, 2
 # Which kernels a form takes.
 KS_NONE, KS_BINARY, KS_UNARY = 0, 1, 2
 
-#: The form table: name, output kind, lhs kind, rhs kind, n-ary operand kind, scalars used,
-#: kernels taken. Everything that validates or stores records reads it.
-FORM_TABLE = (
-    ("vv", S_VALUE, S_VALUE, S_VALUE, S_NONE, 0, KS_BINARY),
-    ("vs", S_VALUE, S_VALUE, S_NONE, S_NONE, 1, KS_BINARY),
-    ("sv", S_VALUE, S_VALUE, S_NONE, S_NONE, 1, KS_BINARY),
-    ("v", S_VALUE, S_VALUE, S_NONE, S_NONE, 0, KS_UNARY),
-    ("pp", S_PAIR, S_PAIR, S_PAIR, S_NONE, 0, KS_BINARY),
-    ("ps", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_BINARY),
-    ("sp", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_BINARY),
-    ("pv", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_BINARY),
-    ("vp", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_BINARY),
-    ("p", S_PAIR, S_PAIR, S_NONE, S_NONE, 0, KS_UNARY),
-    ("eg_scale", S_PAIR, S_PAIR, S_NONE, S_NONE, 1, KS_NONE),
-    ("add_clamped_eg", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_NONE),
-    ("phase", S_VALUE, S_PAIR, S_NONE, S_NONE, 1, KS_NONE),
-    ("sum", S_VALUE, S_NONE, S_NONE, S_VALUE, 0, KS_NONE),
-    ("lincomb_pair", S_PAIR, S_NONE, S_NONE, S_PAIR, 0, KS_NONE),
-    ("lincomb_value", S_VALUE, S_NONE, S_NONE, S_VALUE, 0, KS_NONE),
-    ("add_winnable_eg", S_PAIR, S_PAIR, S_VALUE, S_NONE, 0, KS_NONE),
-    ("eg_scale_by_sign", S_PAIR, S_PAIR, S_NONE, S_NONE, 2, KS_NONE),
-    ("const", S_VALUE, S_NONE, S_NONE, S_NONE, 1, KS_NONE),
-    ("const_pair", S_PAIR, S_NONE, S_NONE, S_NONE, 2, KS_NONE),
-    ("sigmoid_sq_err", S_VALUE, S_VALUE, S_NONE, S_NONE, 2, KS_NONE),
-    ("sigmoid_xent", S_VALUE, S_VALUE, S_NONE, S_NONE, 2, KS_NONE),
-)
-(F_VV, F_VS, F_SV, F_V, F_PP, F_PS, F_SP, F_PV, F_VP, F_P, F_EG_SCALE, F_ADD_CLAMPED_EG, F_PHASE,
- F_SUM, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_SIGN, F_CONST,
- F_CONST_PAIR, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT) = range(len(FORM_TABLE))
-#: The loss forms: a position's last record, the loss of its evaluation against its target.
-LOSS_FORMS = (F_SIGMOID_SQ_ERR, F_SIGMOID_XENT)
-FORM_NAMES = tuple(f[0] for f in FORM_TABLE)
-N_FORMS = len(FORM_TABLE)
-#: Per form (index = form): output, lhs, rhs and n-ary operand slot kinds, scalars used.
-FORM_OUT = np.array([f[1] for f in FORM_TABLE], dtype=np.int8)
-FORM_LHS = np.array([f[2] for f in FORM_TABLE], dtype=np.int8)
-FORM_RHS = np.array([f[3] for f in FORM_TABLE], dtype=np.int8)
-FORM_NARY = np.array([f[4] for f in FORM_TABLE], dtype=np.int8)
-FORM_SCALARS = np.array([f[5] for f in FORM_TABLE], dtype=np.int8)
 KERNEL_BITS = 4
+#: The kernel field of a record tag (``tag & KERNEL_MASK``; the form is ``tag >> KERNEL_BITS``).
+KERNEL_MASK = (1 << KERNEL_BITS) - 1
 MAX_FORMS = (np.iinfo(np.uint16).max + 1) >> KERNEL_BITS
-
-
-def _valid_tags() -> np.ndarray:
-    valid = np.zeros(N_FORMS << KERNEL_BITS, dtype=np.bool_)
-    for form, row in enumerate(FORM_TABLE):
-        kernels = {KS_NONE: (0,), KS_BINARY: BINARY_KERNELS, KS_UNARY: UNARY_KERNELS}[row[6]]
-        for k in kernels:
-            valid[form << KERNEL_BITS | k] = True
-    return valid
-
-
-#: VALID_TAG[t]: whether t is the tag of a known form with a kernel it takes.
-VALID_TAG = _valid_tags()
-assert N_FORMS <= MAX_FORMS and N_KERNELS <= 1 << KERNEL_BITS
+assert N_KERNELS <= 1 << KERNEL_BITS
 
 
 @njit(**INLINE)
@@ -167,9 +93,11 @@ def tag(form: int, kernel: int = 0) -> int:
 def tag_name(t: int) -> str:
     """A readable name for a record tag, e.g. ``pv:mul``; ValueError for an unknown tag."""
     if not (0 <= t < len(VALID_TAG) and VALID_TAG[t]):
-        raise ValueError(f"unknown record tag {t} (form {t >> KERNEL_BITS}, kernel {t & 15})")
-    form, k = t >> KERNEL_BITS, t & 15
-    return FORM_NAMES[form] + (":" + KERNEL_NAMES[k] if FORM_TABLE[form][6] != KS_NONE else "")
+        raise ValueError(f"unknown record tag {t} (form {t >> KERNEL_BITS}, kernel "
+                         f"{t & KERNEL_MASK})")
+    form, k = t >> KERNEL_BITS, t & KERNEL_MASK
+    return FORM_NAMES[form] + (":" + KERNEL_NAMES[k] if FORM_TABLE[form].kernels != KS_NONE
+                               else "")
 
 
 class IndexViolation(NamedTuple):
@@ -598,6 +526,164 @@ def _lincomb_value_bwd(vg, idx, coef, o, first, n, coef_bits):
 
 
 # ------------------------------------------------------------------------------------------------
+# The form table: one row per form, naming the functions above. A row's argument lists are in the
+# players' names: arrays ``val vg pv pg idx coef`` (values, their gradients, pairs, theirs, the
+# operand list), the record's ``o a b`` (output, lhs, rhs; n-ary: first operand, count), ``k``
+# (kernel), ``s0 s1`` (scalars), ``bits`` (the operand packing, `operand`); anything else is
+# written as is. A loss form's forward returns its partial, which a player that runs the
+# backward right after hands to `_loss_bwd` instead of calling the row's backward.
+# ------------------------------------------------------------------------------------------------
+
+class Form(NamedTuple):
+    """One row of `FORM_TABLE`."""
+
+    name: str
+    out: int            # S_VALUE or S_PAIR: the output slot's kind
+    lhs: int            # the kinds of the lhs and rhs operand slots (S_NONE: not a slot)
+    rhs: int
+    nary: int           # the kind of the operand list's slots (S_NONE: no list)
+    scalars: int        # how many of s0, s1 it reads
+    kernels: int        # KS_NONE, KS_BINARY or KS_UNARY
+    fwd: object         # the forward function
+    fwd_args: str       # its arguments
+    bwd: object         # the backward function (None: a leaf)
+    bwd_args: str
+    loss: str = ""      # a loss form: its name in the training settings
+
+
+#: The form table (index = form number, in `tag`); rows are added by `form` only.
+FORM_TABLE: tuple[Form, ...] = ()
+
+
+def form(*row, **named) -> int:
+    """Add a `Form` row to `FORM_TABLE`; its form number."""
+    global FORM_TABLE
+    FORM_TABLE = FORM_TABLE + (Form(*row, **named),)
+    return len(FORM_TABLE) - 1
+
+
+V, P, N = S_VALUE, S_PAIR, S_NONE
+F_VV = form("vv", V, V, V, N, 0, KS_BINARY, _vv_fwd, "val, o, a, b, k", _vv_bwd, "val, vg, o, a, b, k")
+F_VS = form("vs", V, V, N, N, 1, KS_BINARY, _vs_fwd, "val, o, a, s0, k",
+            _vs_bwd, "val, vg, o, a, s0, k")
+F_SV = form("sv", V, V, N, N, 1, KS_BINARY, _sv_fwd, "val, o, a, s0, k",
+            _sv_bwd, "val, vg, o, a, s0, k")
+F_V = form("v", V, V, N, N, 0, KS_UNARY, _vs_fwd, "val, o, a, 0.0, k",
+           _vs_bwd, "val, vg, o, a, 0.0, k")
+F_PP = form("pp", P, P, P, N, 0, KS_BINARY, _pp_fwd, "pv, o, a, b, k", _pp_bwd, "pv, pg, o, a, b, k")
+F_PS = form("ps", P, P, N, N, 1, KS_BINARY, _ps_fwd, "pv, o, a, s0, k",
+            _ps_bwd, "pv, pg, o, a, s0, k")
+F_SP = form("sp", P, P, N, N, 1, KS_BINARY, _sp_fwd, "pv, o, a, s0, k",
+            _sp_bwd, "pv, pg, o, a, s0, k")
+F_PV = form("pv", P, P, V, N, 0, KS_BINARY, _pv_fwd, "val, pv, o, a, b, k",
+            _pv_bwd, "val, vg, pv, pg, o, a, b, k")
+F_VP = form("vp", P, P, V, N, 0, KS_BINARY, _vp_fwd, "val, pv, o, a, b, k",
+            _vp_bwd, "val, vg, pv, pg, o, a, b, k")
+F_P = form("p", P, P, N, N, 0, KS_UNARY, _ps_fwd, "pv, o, a, 0.0, k", _ps_bwd, "pv, pg, o, a, 0.0, k")
+F_EG_SCALE = form("eg_scale", P, P, N, N, 1, KS_NONE, _eg_scale_fwd, "pv, o, a, s0",
+                  _eg_scale_bwd, "pg, o, a, s0")
+F_ADD_CLAMPED_EG = form("add_clamped_eg", P, P, V, N, 0, KS_NONE,
+                        _clamped_add_eg_fwd, "val, pv, o, a, b, False",
+                        _clamped_add_eg_bwd, "val, vg, pv, pg, o, a, b, False")
+F_PHASE = form("phase", V, P, N, N, 1, KS_NONE, _phase_fwd, "val, pv, o, a, s0",
+               _phase_bwd, "vg, pg, o, a, s0")
+F_SUM = form("sum", V, N, N, V, 0, KS_NONE, _sum_fwd, "val, idx, o, a, b, bits",
+             _sum_bwd, "vg, idx, o, a, b, bits")
+F_LINCOMB_PAIR = form("lincomb_pair", P, N, N, P, 0, KS_NONE,
+                      _lincomb_pair_fwd, "pv, idx, coef, o, a, b, bits",
+                      _lincomb_pair_bwd, "pg, idx, coef, o, a, b, bits")
+F_LINCOMB_VALUE = form("lincomb_value", V, N, N, V, 0, KS_NONE,
+                       _lincomb_value_fwd, "val, idx, coef, o, a, b, bits",
+                       _lincomb_value_bwd, "vg, idx, coef, o, a, b, bits")
+F_ADD_WINNABLE_EG = form("add_winnable_eg", P, P, V, N, 0, KS_NONE,
+                         _clamped_add_eg_fwd, "val, pv, o, a, b, True",
+                         _clamped_add_eg_bwd, "val, vg, pv, pg, o, a, b, True")
+F_EG_SCALE_BY_SIGN = form("eg_scale_by_sign", P, P, N, N, 2, KS_NONE,
+                          _eg_scale_by_sign_fwd, "pv, o, a, s0, s1",
+                          _eg_scale_by_sign_bwd, "pv, pg, o, a, s0, s1")
+F_CONST = form("const", V, N, N, N, 1, KS_NONE, _const_fwd, "val, o, s0", None, "")
+F_CONST_PAIR = form("const_pair", P, N, N, N, 2, KS_NONE, _const_pair_fwd, "pv, o, s0, s1", None, "")
+F_SIGMOID_SQ_ERR = form("sigmoid_sq_err", V, V, N, N, 2, KS_NONE,
+                        _sigmoid_sq_err_fwd, "val, o, a, s0, s1",
+                        _sigmoid_sq_err_bwd, "val, vg, o, a, s0, s1", loss="mse")
+F_SIGMOID_XENT = form("sigmoid_xent", V, V, N, N, 2, KS_NONE,
+                      _sigmoid_xent_fwd, "val, o, a, s0, s1",
+                      _sigmoid_xent_bwd, "val, vg, o, a, s0, s1", loss="cross_entropy")
+del V, P, N
+
+#: The loss forms: a position's last record, the loss of its evaluation against its target.
+LOSS_FORMS = tuple(f for f, row in enumerate(FORM_TABLE) if row.loss)
+#: The loss form of each loss name of the training settings.
+LOSS_BY_NAME = {FORM_TABLE[f].loss: f for f in LOSS_FORMS}
+FORM_NAMES = tuple(row.name for row in FORM_TABLE)
+N_FORMS = len(FORM_TABLE)
+#: Per form (index = form): output, lhs, rhs and n-ary operand slot kinds, scalars used.
+FORM_OUT = np.array([row.out for row in FORM_TABLE], dtype=np.int8)
+FORM_LHS = np.array([row.lhs for row in FORM_TABLE], dtype=np.int8)
+FORM_RHS = np.array([row.rhs for row in FORM_TABLE], dtype=np.int8)
+FORM_NARY = np.array([row.nary for row in FORM_TABLE], dtype=np.int8)
+FORM_SCALARS = np.array([row.scalars for row in FORM_TABLE], dtype=np.int8)
+#: The kernels a form of each `Form.kernels` takes.
+KERNELS_TAKEN = {KS_NONE: (0,), KS_BINARY: BINARY_KERNELS, KS_UNARY: UNARY_KERNELS}
+
+
+def _valid_tags() -> np.ndarray:
+    valid = np.zeros(N_FORMS << KERNEL_BITS, dtype=np.bool_)
+    for f, row in enumerate(FORM_TABLE):
+        for k in KERNELS_TAKEN[row.kernels]:
+            valid[f << KERNEL_BITS | k] = True
+    return valid
+
+
+#: VALID_TAG[t]: whether t is the tag of a known form with a kernel it takes.
+VALID_TAG = _valid_tags()
+assert N_FORMS <= MAX_FORMS
+
+
+def call(f: int, backward: bool, names: dict | None = None) -> str:
+    """Python source of form `f`'s forward (or backward) call, its argument names replaced by
+    ``names[name]`` where given (what the players generated from the table write)."""
+    row = FORM_TABLE[f]
+    fn, args = (row.bwd, row.bwd_args) if backward else (row.fwd, row.fwd_args)
+    names = names or {}
+    return f"{fn.__name__}({', '.join(str(names.get(x, x)) for x in args.split(', '))})"
+
+
+def form_functions() -> list[str]:
+    """The names (in this module) of every function the rows call, and `_loss_bwd`."""
+    return sorted({row.fwd.__name__ for row in FORM_TABLE}
+                  | {row.bwd.__name__ for row in FORM_TABLE if row.bwd is not None}
+                  | {_loss_bwd.__name__})
+
+
+def describe_forms() -> str:
+    """The form table as text: name, output, operands, scalars, kernels, loss name."""
+    kind = {S_NONE: "-", S_VALUE: "value", S_PAIR: "pair"}
+    taken = {KS_NONE: "-", KS_BINARY: "binary", KS_UNARY: "unary"}
+    return "\n".join(f"{r.name:17} out {kind[r.out]:5}  lhs {kind[r.lhs]:5}  rhs {kind[r.rhs]:5}  "
+                     f"list {kind[r.nary]:5}  scalars {r.scalars}  kernels {taken[r.kernels]:6}"
+                     + (f"  loss {r.loss}" if r.loss else "") for r in FORM_TABLE)
+
+
+def _forward_source() -> str:
+    """`_record_forward`: a record's forward on a tape, dispatched by form from the table."""
+    names = dict(val="val", pv="pv", idx="idx", coef="coef", bits="0")
+    lines = ["def _record_forward(t, f, k, o, a, b, s0, s1):",
+             "    val, pv, idx, coef = t.arena.val, t.arena.pair_val, t.rec.opnd_index, "
+             "t.rec.opnd_coef"]
+    for f in range(N_FORMS):
+        lines += [f"    {'if' if f == 0 else 'elif'} f == {f}:  # {FORM_NAMES[f]}",
+                  f"        {call(f, False, names)}"]
+    return "\n".join(lines) + "\n"
+
+
+exec(compile(_forward_source(), __file__, "exec"), globals())
+#: A record's forward on a tape (`_forward_source`; the form and kernel are constants in every
+#: recorder, so the compiled recorder keeps only its own branch).
+_record_forward = njit(**INLINE)(_record_forward)  # noqa: F821 (defined by the exec above)
+
+
+# ------------------------------------------------------------------------------------------------
 # Recording: append the record, then run its form's forward function (the one every sweep runs:
 # `tuner.tape.player.play` dispatches to the same functions). Sweeps over a recording live in the
 # player: a recording is frozen, then played.
@@ -677,292 +763,250 @@ def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float
 
 
 @njit(**INLINE)
-def _vv(t: Tape, k: int, a: int, b: int) -> int:
-    o, a, b = _append(t, F_VV, k, a, b, 0.0, 0.0)
-    _vv_fwd(t.arena.val, o, a, b, k)
-    return o
-
-
-@njit(**INLINE)
-def _vs(t: Tape, form: int, k: int, a: int, s: float) -> int:
-    o, a, _ = _append(t, form, k, a, 0, s, 0.0)
-    if form == F_SV:
-        _sv_fwd(t.arena.val, o, a, s, k)
-    else:
-        _vs_fwd(t.arena.val, o, a, s, k)
-    return o
-
-
-@njit(**INLINE)
-def _pp(t: Tape, k: int, p: int, q: int) -> int:
-    o, p, q = _append(t, F_PP, k, p, q, 0.0, 0.0)
-    _pp_fwd(t.arena.pair_val, o, p, q, k)
-    return o
-
-
-@njit(**INLINE)
-def _ps(t: Tape, form: int, k: int, p: int, s: float) -> int:
-    o, p, _ = _append(t, form, k, p, 0, s, 0.0)
-    if form == F_SP:
-        _sp_fwd(t.arena.pair_val, o, p, s, k)
-    else:
-        _ps_fwd(t.arena.pair_val, o, p, s, k)
-    return o
-
-
-@njit(**INLINE)
-def _pv(t: Tape, form: int, k: int, p: int, v: int) -> int:
-    o, p, v = _append(t, form, k, p, v, 0.0, 0.0)
-    if form == F_VP:
-        _vp_fwd(t.arena.val, t.arena.pair_val, o, p, v, k)
-    else:
-        _pv_fwd(t.arena.val, t.arena.pair_val, o, p, v, k)
+def _record(t: Tape, f: int, k: int, lhs: int, rhs: int, s0: float, s1: float) -> int:
+    """Append a record of form `f` (`_append`) and run its forward: what every recorder does."""
+    o, lhs, rhs = _append(t, f, k, lhs, rhs, s0, s1)
+    _record_forward(t, f, k, o, lhs, rhs, s0, s1)
     return o
 
 
 @njit(**JIT)
 def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
     """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
-    o, a, _ = _append(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
-    _sigmoid_sq_err_fwd(t.arena.val, o, a, k, target)
-    return o
+    return _record(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
 
 
 @njit(**JIT)
 def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
     """-(target log p + (1 - target) log(1 - p)), p = sigmoid(k * value a): the cross-entropy
     of an evaluation against a target in [0, 1]"""
-    o, a, _ = _append(t, F_SIGMOID_XENT, 0, a, 0, k, target)
-    _sigmoid_xent_fwd(t.arena.val, o, a, k, target)
-    return o
+    return _record(t, F_SIGMOID_XENT, 0, a, 0, k, target)
+
+
+#: IS_LOSS[f]: whether form f is one of `LOSS_FORMS`.
+IS_LOSS = np.array([bool(row.loss) for row in FORM_TABLE])
+
+
+@njit(**JIT)
+def record_loss(t: Tape, a: int, k: float, target: float, loss: int) -> int:
+    """The loss of form `loss` (one of `LOSS_FORMS`, K = `k`) of value a against `target`."""
+    if not (0 <= loss < IS_LOSS.shape[0] and IS_LOSS[loss]):
+        raise ValueError("record_loss: not a loss form")
+    return _record(t, loss, 0, a, 0, k, target)
 
 
 # Constants: a leaf is a record too, so that every slot of a recording can be replayed.
 @njit(**JIT)
 def record_const(t: Tape, x: float) -> int:
     """A constant value x"""
-    o, _, _ = _append(t, F_CONST, 0, 0, 0, x, 0.0)
-    _const_fwd(t.arena.val, o, x)
-    return o
+    return _record(t, F_CONST, 0, 0, 0, x, 0.0)
 
 
 @njit(**JIT)
 def record_const_pair(t: Tape, mg: float, eg: float) -> int:
     """A constant pair (mg, eg)"""
-    o, _, _ = _append(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
-    _const_pair_fwd(t.arena.pair_val, o, mg, eg)
-    return o
+    return _record(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
 
 
 # Value ops.
 @njit(**JIT)
 def record_add(t: Tape, a: int, b: int) -> int:
     """value a + value b"""
-    return _vv(t, K_ADD, a, b)
+    return _record(t, F_VV, K_ADD, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_sub(t: Tape, a: int, b: int) -> int:
     """value a - value b"""
-    return _vv(t, K_SUB, a, b)
+    return _record(t, F_VV, K_SUB, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_mul(t: Tape, a: int, b: int) -> int:
     """value a * value b (a may equal b: squaring)"""
-    return _vv(t, K_MUL, a, b)
+    return _record(t, F_VV, K_MUL, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_div(t: Tape, a: int, b: int) -> int:
     """value a / value b"""
-    return _vv(t, K_DIV, a, b)
+    return _record(t, F_VV, K_DIV, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pow(t: Tape, a: int, b: int) -> int:
     """value a ** value b (a > 0 for a finite gradient in b)"""
-    return _vv(t, K_POW, a, b)
+    return _record(t, F_VV, K_POW, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_exp(t: Tape, a: int) -> int:
     """exp(value a)"""
-    return _vs(t, F_V, K_EXP, a, 0.0)
+    return _record(t, F_V, K_EXP, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_log(t: Tape, a: int) -> int:
     """ln(value a)"""
-    return _vs(t, F_V, K_LOG, a, 0.0)
+    return _record(t, F_V, K_LOG, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_sigmoid(t: Tape, a: int) -> int:
     """1 / (1 + exp(-value a))"""
-    return _vs(t, F_V, K_SIGMOID, a, 0.0)
+    return _record(t, F_V, K_SIGMOID, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_neg(t: Tape, a: int) -> int:
     """-value a"""
-    return _vs(t, F_V, K_NEG, a, 0.0)
+    return _record(t, F_V, K_NEG, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pow_const(t: Tape, a: int, s: float) -> int:
     """value a ** constant s"""
-    return _vs(t, F_VS, K_POW, a, s)
+    return _record(t, F_VS, K_POW, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_add_scalar(t: Tape, a: int, s: float) -> int:
     """value a + s"""
-    return _vs(t, F_VS, K_ADD, a, s)
+    return _record(t, F_VS, K_ADD, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_sub_scalar(t: Tape, a: int, s: float) -> int:
     """value a - s"""
-    return _vs(t, F_VS, K_SUB, a, s)
+    return _record(t, F_VS, K_SUB, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_sub(t: Tape, s: float, a: int) -> int:
     """s - value a"""
-    return _vs(t, F_SV, K_SUB, a, s)
+    return _record(t, F_SV, K_SUB, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_mul_scalar(t: Tape, a: int, s: float) -> int:
     """value a * s"""
-    return _vs(t, F_VS, K_MUL, a, s)
+    return _record(t, F_VS, K_MUL, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_div_scalar(t: Tape, a: int, s: float) -> int:
     """value a / s"""
-    return _vs(t, F_VS, K_DIV, a, s)
+    return _record(t, F_VS, K_DIV, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_div(t: Tape, s: float, a: int) -> int:
     """s / value a"""
-    return _vs(t, F_SV, K_DIV, a, s)
+    return _record(t, F_SV, K_DIV, a, 0, s, 0.0)
 
 
 # Pair ops.
 @njit(**JIT)
 def record_pair_add(t: Tape, p: int, q: int) -> int:
     """pair p + pair q"""
-    return _pp(t, K_ADD, p, q)
+    return _record(t, F_PP, K_ADD, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_sub(t: Tape, p: int, q: int) -> int:
     """pair p - pair q"""
-    return _pp(t, K_SUB, p, q)
+    return _record(t, F_PP, K_SUB, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul(t: Tape, p: int, q: int) -> int:
     """pair p * pair q, elementwise"""
-    return _pp(t, K_MUL, p, q)
+    return _record(t, F_PP, K_MUL, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_neg(t: Tape, p: int) -> int:
     """-pair p"""
-    return _ps(t, F_P, K_NEG, p, 0.0)
+    return _record(t, F_P, K_NEG, p, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_sigmoid(t: Tape, p: int) -> int:
     """(sigmoid(mg), sigmoid(eg))"""
-    return _ps(t, F_P, K_SIGMOID, p, 0.0)
+    return _record(t, F_P, K_SIGMOID, p, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul_scalar(t: Tape, p: int, s: float) -> int:
     """pair p * s"""
-    return _ps(t, F_PS, K_MUL, p, s)
+    return _record(t, F_PS, K_MUL, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_pair_div_scalar(t: Tape, p: int, s: float) -> int:
     """pair p / s"""
-    return _ps(t, F_PS, K_DIV, p, s)
+    return _record(t, F_PS, K_DIV, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_div_pair(t: Tape, s: float, p: int) -> int:
     """(s / mg, s / eg)"""
-    return _ps(t, F_SP, K_DIV, p, s)
+    return _record(t, F_SP, K_DIV, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul_value(t: Tape, p: int, v: int) -> int:
     """pair p * value v"""
-    return _pv(t, F_PV, K_MUL, p, v)
+    return _record(t, F_PV, K_MUL, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_value_mul_pair(t: Tape, v: int, p: int) -> int:
     """value v * pair p"""
-    return _pv(t, F_VP, K_MUL, p, v)
+    return _record(t, F_VP, K_MUL, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_div_value(t: Tape, p: int, v: int) -> int:
     """pair p / value v"""
-    return _pv(t, F_PV, K_DIV, p, v)
+    return _record(t, F_PV, K_DIV, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_value_div_pair(t: Tape, v: int, p: int) -> int:
     """(v / mg, v / eg)"""
-    return _pv(t, F_VP, K_DIV, p, v)
+    return _record(t, F_VP, K_DIV, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_eg_scale(t: Tape, p: int, s: float) -> int:
     """(mg, eg * s): endgame scaling"""
-    o, p, _ = _append(t, F_EG_SCALE, 0, p, 0, s, 0.0)
-    _eg_scale_fwd(t.arena.pair_val, o, p, s)
-    return o
+    return _record(t, F_EG_SCALE, 0, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
-    o, p, v = _append(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
-    _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, False)
-    return o
+    return _record(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
     0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
-    o, p, v = _append(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
-    _clamped_add_eg_fwd(t.arena.val, t.arena.pair_val, o, p, v, True)
-    return o
+    return _record(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> int:
     """(mg, eg * s_pos) if eg > 0 else (mg, eg * s_nonpos): endgame scaling by the strong side"""
-    o, p, _ = _append(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
-    _eg_scale_by_sign_fwd(t.arena.pair_val, o, p, s_pos, s_nonpos)
-    return o
+    return _record(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
 
 
 @njit(**JIT)
 def record_phase(t: Tape, p: int, alpha: float) -> int:
     """value alpha * mg + (1 - alpha) * eg"""
-    o, p, _ = _append(t, F_PHASE, 0, p, 0, alpha, 0.0)
-    _phase_fwd(t.arena.val, t.arena.pair_val, o, p, alpha)
-    return o
+    return _record(t, F_PHASE, 0, p, 0, alpha, 0.0)
 
 
 # N-ary ops: push operands, then record over the operands pushed since `first`. Each checks its
@@ -991,9 +1035,7 @@ def record_sum(t: Tape, first: int) -> int:
     n = t.rec.counts[C_OPERANDS] - first
     if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
         first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_SUM))
-    o, first, n = _append(t, F_SUM, 0, first, n, 0.0, 0.0)
-    _sum_fwd(t.arena.val, t.rec.opnd_index, o, first, n, 0)
-    return o
+    return _record(t, F_SUM, 0, first, n, 0.0, 0.0)
 
 
 @njit(**JIT)
@@ -1009,9 +1051,7 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
 def append_checked_lincomb_pair(t: Tape, first: int, n: int) -> int:
     """`record_lincomb_pair` of the `n` operands from `first`, already known to be pair slots in
     use (what `tuner.tape.linear.lin_record_pair` writes: parameters it checked)."""
-    o, first, n = _append(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
-    _lincomb_pair_fwd(t.arena.pair_val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
-    return o
+    return _record(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
 
 
 @njit(**JIT)
@@ -1020,6 +1060,4 @@ def record_lincomb_value(t: Tape, first: int) -> int:
     n = t.rec.counts[C_OPERANDS] - first
     if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
         first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_LINCOMB_VALUE))
-    o, first, n = _append(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
-    _lincomb_value_fwd(t.arena.val, t.rec.opnd_index, t.rec.opnd_coef, o, first, n, 0)
-    return o
+    return _record(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)

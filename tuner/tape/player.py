@@ -34,7 +34,7 @@ table, offsets, counts, operand slots, finite scalars) before any player sees it
 **Order.** `play` takes positions last to first and runs each position's backward sweep right
 after its forward one, adding into the parameter gradients in the order in which the eager
 trainer's sweeps over the recording add them: replay equals eager bitwise, by construction, since
-both run the same records through the same `forward_op` / `backward_op`.
+both run the same records through the same form functions (`tuner.tape.ops.FORM_TABLE`).
 """
 from __future__ import annotations
 
@@ -47,20 +47,9 @@ from tuner.jit import JIT, INLINE
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .arena import Arena
-from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
-                  F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
-                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV,
-                  FORM_LHS, FORM_NARY, FORM_OUT,
-                  FORM_RHS, FORM_SCALARS, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE, VALID_TAG,
-                  _clamped_add_eg_bwd, _clamped_add_eg_fwd, _const_fwd, _const_pair_fwd, _eg_scale_bwd,
-                  _eg_scale_by_sign_bwd, _eg_scale_by_sign_fwd, _eg_scale_fwd, _lincomb_pair_bwd,
-                  _lincomb_pair_fwd, _lincomb_value_bwd, _loss_bwd, _lincomb_value_fwd, _phase_bwd,
-                  _phase_fwd, _pp_bwd, _pp_fwd, _ps_bwd, _ps_fwd, _pv_bwd, _pv_fwd,
-                  _sigmoid_sq_err_bwd, _sigmoid_sq_err_fwd, _sigmoid_xent_bwd,
-                  _sigmoid_xent_fwd, _sp_bwd,
-                  _sp_fwd, _sum_bwd, _sum_fwd, _sv_bwd, _sv_fwd, _vp_bwd, _vp_fwd, _vs_bwd,
-                  _vs_fwd, _vv_bwd, _vv_fwd, index_error, tag_name)
+from .ops import (F_LINCOMB_PAIR, F_PHASE, FORM_LHS, FORM_NARY, FORM_OUT, FORM_RHS, FORM_SCALARS,
+                  FORM_TABLE, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE,
+                  VALID_TAG, call, form_functions, index_error, tag_name)
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
                         Recording)
 
@@ -142,7 +131,7 @@ class Chunk(NamedTuple):
 
     t_first: np.ndarray    # int64[T+1] record range of each local template
     t_rec: np.ndarray      # int32[R, 4]: tag, out, lhs, rhs (n-ary: rhs = n-ary ordinal)
-    t_info: np.ndarray     # int64[T, 4 + S]: hash, value temps, pair temps, scalars, outputs
+    t_info: np.ndarray     # int64[T, TI_OUTPUTS + S]: TI_* columns (hash, temps, scalars, outputs)
     tmpl: np.ndarray       # int32[N]
     n_opnd: np.ndarray     # int64[N]: operands of each position
     n_scal: np.ndarray     # int64[N]
@@ -151,16 +140,26 @@ class Chunk(NamedTuple):
     nary: np.ndarray       # int64[...]
     index: np.ndarray      # int32[...]
     coef: np.ndarray       # float64[...]
-    counts: np.ndarray     # int64[5]: templates, template records, scalars, n-ary, operands
+    counts: np.ndarray     # int64[N_COUNTS]: CH_* fields (templates, template records, ...)
+
+
+#: `Chunk.t_rec` columns: tag, output, lhs, rhs.
+T_REC_FIELDS = 4
+#: `Chunk.counts` fields: templates, template records, scalars, n-ary counts and operands so far.
+CH_TEMPLATES, CH_RECORDS, CH_SCALARS, CH_NARY, CH_OPERANDS = range(5)
+N_COUNTS = 5
+#: `Chunk.t_info` columns: the structure hash, value and pair temporaries, scalars, then one
+#: output slot per segment from TI_OUTPUTS on.
+TI_HASH, TI_VALUES, TI_PAIRS, TI_SCALARS, TI_OUTPUTS = range(5)
 
 
 def _new_chunk(rec: Recording, n: int, n_seg: int) -> Chunk:
     r, m = int(rec.counts[C_RECORDS]), int(rec.counts[C_OPERANDS])
-    return Chunk(np.zeros(n + 2, np.int64), np.zeros((r + 1, 4), np.int32),
-                 np.zeros((n + 1, 4 + n_seg), np.int64), np.zeros(n, np.int32),
+    return Chunk(np.zeros(n + 2, np.int64), np.zeros((r + 1, T_REC_FIELDS), np.int32),
+                 np.zeros((n + 1, TI_OUTPUTS + n_seg), np.int64), np.zeros(n, np.int32),
                  np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
                  np.zeros(2 * r + 1), np.zeros(r + 1, np.int64), np.zeros(m + 1, np.int32),
-                 np.zeros(m + 1), np.zeros(5, np.int64))
+                 np.zeros(m + 1), np.zeros(N_COUNTS, np.int64))
 
 
 @njit(**JIT)
@@ -198,7 +197,7 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
     c_scal, c_nary, c_index, c_coef = ch.scal, ch.nary, ch.index, ch.coef
     n_seg, n = outputs.shape
     cnt = ch.counts
-    cand = cnt[1]                        # candidate template records start here
+    cand = cnt[CH_RECORDS]                        # candidate template records start here
     for i in range(n):
         nv = 0
         npr = 0
@@ -234,10 +233,10 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                         if x < 0:
                             err[0], err[1], err[2] = E_OPERAND, i, r
                             return
-                        c_index[cnt[4] + no] = x
-                        c_coef[cnt[4] + no] = r_coef[q]
+                        c_index[cnt[CH_OPERANDS] + no] = x
+                        c_coef[cnt[CH_OPERANDS] + no] = r_coef[q]
                         no += 1
-                    c_nary[cnt[3] + nq] = count
+                    c_nary[cnt[CH_NARY] + nq] = count
                     b = nq
                     nq += 1
                 else:
@@ -249,7 +248,7 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return
                 for j in range(FORM_SCALARS[form]):
-                    c_scal[cnt[2] + ns] = r_sc[r, j]
+                    c_scal[cnt[CH_SCALARS] + ns] = r_sc[r, j]
                     ns += 1
                 o = r_out[r]
                 if FORM_OUT[form] == S_PAIR:
@@ -270,12 +269,12 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                 t_rec[k, 1] = o
                 t_rec[k, 2] = a
                 t_rec[k, 3] = b
-                for f in range(4):
+                for f in range(T_REC_FIELDS):
                     h = _mix(h, t_rec[k, f])
                 k += 1
         # The template's header: hash, temporaries, scalars, outputs.
-        info = t_info[cnt[0]]
-        info[1], info[2], info[3] = nv, npr, ns
+        info = t_info[cnt[CH_TEMPLATES]]
+        info[TI_VALUES], info[TI_PAIRS], info[TI_SCALARS] = nv, npr, ns
         for s in range(n_seg):
             x = -1  # -1: no output (a tape frozen only to be swept forward)
             if outputs[s, i] >= 0:
@@ -283,10 +282,10 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                 if x < 0:
                     err[0], err[1], err[2] = E_NO_OUTPUT, i, -1
                     return
-            info[4 + s] = x
-        for f in range(1, 4 + n_seg):
+            info[TI_OUTPUTS + s] = x
+        for f in range(TI_VALUES, TI_OUTPUTS + n_seg):
             h = _mix(h, info[f])
-        info[0] = np.int64(h)
+        info[TI_HASH] = np.int64(h)
         # Forget this position's temporaries.
         for s in range(n_seg):
             for r in range(ranges[s, i, 0], ranges[s, i, 1]):
@@ -296,33 +295,33 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
                     vmap[r_out[r]] = -1
         # An existing template of the same structure, or this one.
         found = -1
-        for t in range(cnt[0]):
-            if t_info[t, 0] != info[0] or t_first[t + 1] - t_first[t] != k - cand:
+        for t in range(cnt[CH_TEMPLATES]):
+            if t_info[t, TI_HASH] != info[TI_HASH] or t_first[t + 1] - t_first[t] != k - cand:
                 continue
             same = True
-            for f in range(1, 4 + n_seg):
+            for f in range(TI_VALUES, TI_OUTPUTS + n_seg):
                 same = same and t_info[t, f] == info[f]
             q = t_first[t]
             for r in range(cand, k):
-                for f in range(4):
+                for f in range(T_REC_FIELDS):
                     same = same and t_rec[q, f] == t_rec[r, f]
                 q += 1
             if same:
                 found = t
                 break
         if found < 0:
-            found = cnt[0]
-            cnt[0] += 1
-            cnt[1] = k
-            t_first[cnt[0]] = k
+            found = cnt[CH_TEMPLATES]
+            cnt[CH_TEMPLATES] += 1
+            cnt[CH_RECORDS] = k
+            t_first[cnt[CH_TEMPLATES]] = k
             cand = k
         tmpl[i] = found
         ch.n_opnd[i] = no
         ch.n_scal[i] = ns
         ch.n_nary[i] = nq
-        cnt[2] += ns
-        cnt[3] += nq
-        cnt[4] += no
+        cnt[CH_SCALARS] += ns
+        cnt[CH_NARY] += nq
+        cnt[CH_OPERANDS] += no
     err[0] = OK
 
 
@@ -861,16 +860,16 @@ class StoreBuilder:
         self.index = self.coef = None
 
     def add(self, ch: Chunk) -> None:
-        n_t = int(ch.counts[0])
+        n_t = int(ch.counts[CH_TEMPLATES])
         self.n_seg = ch.t_info.shape[1] - 4
         local = np.empty(n_t, np.int64)
         for t in range(n_t):
             recs = ch.t_rec[ch.t_first[t]: ch.t_first[t + 1]]
-            key = recs.tobytes() + ch.t_info[t, 1:].tobytes()
+            key = recs.tobytes() + ch.t_info[t, TI_VALUES:].tobytes()
             if key not in self.keys:
                 self.keys[key] = len(self.t_recs)
                 self.t_recs.append(recs)
-                self.t_infos.append(ch.t_info[t, 1:])
+                self.t_infos.append(ch.t_info[t, TI_VALUES:])
             local[t] = self.keys[key]
         if len(self.t_recs) > np.iinfo(np.uint16).max:
             raise FreezeError(f"{len(self.t_recs)} distinct record structures: more than a "
@@ -894,7 +893,8 @@ class StoreBuilder:
         t_recs, n_seg = self.t_recs, self.n_seg
         tmpl = self.tmpl.trimmed()
         n = len(tmpl)
-        info = np.array(self.t_infos, np.int64).reshape(len(t_recs), 3 + n_seg)
+        # (the headers without their hash: column c is TI_VALUES + c)
+        info = np.array(self.t_infos, np.int64).reshape(len(t_recs), TI_OUTPUTS - TI_VALUES + n_seg)
         recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
         t_first = np.zeros(len(t_recs) + 1, np.int64)
         np.cumsum([len(r) for r in t_recs], out=t_first[1:])
@@ -933,11 +933,11 @@ class StoreBuilder:
         coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
         self.index = self.coef = None
         index, coef, coef_bits = _packed(index, coef)
-        out_slots = info[:, 3:3 + n_seg].astype(np.int32).reshape(len(t_recs), n_seg)
+        out_slots = info[:, TI_OUTPUTS - TI_VALUES:].astype(np.int32).reshape(len(t_recs), n_seg)
         return Store(
             t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),
             t_lhs=recs[:, 2].copy(), t_rhs=recs[:, 3].copy(), t_scol=t_scol, t_sconst=t_sconst,
-            t_temps=info[:, :2].astype(np.int32), t_out_slots=out_slots,
+            t_temps=info[:, :TI_SCALARS - TI_VALUES].astype(np.int32), t_out_slots=out_slots,
             t_linear=_linear_templates(recs, t_first, out_slots),
             tmpl=tmpl, opnd_off=opnd_off, nary=self.nary.trimmed(), scalars=scalars,
             index=index, coef=coef, params=self.params,
@@ -963,12 +963,13 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # ------------------------------------------------------------------------------------------------
 
 @njit(**INLINE)
-def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=True,
-                   with_nary=True) -> None:
+def prefetch_ahead(rows, i, st: Store, with_tmpl=True, with_nary=True) -> None:
     """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to
-    first) read: the header of the one `PREFETCH_ROW` ahead (its template number and n-ary
-    counts unless the player does not read them), every cache line of the operands of the one
-    `PREFETCH_OPERANDS` ahead."""
+    first) read of store `st`: the header of the one `PREFETCH_ROW` ahead (its template number
+    and n-ary counts unless the player does not read them), every cache line of the operands of
+    the one `PREFETCH_OPERANDS` ahead."""
+    tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
+                                                st.index, st.coef)
     if i >= PREFETCH_ROW:
         ahead = rows[i - PREFETCH_ROW]
         if with_tmpl:
@@ -987,19 +988,58 @@ def prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, with_tmpl=
             q += 32
 
 
-@njit(**JIT)
-def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
+#: The forms the interpreter's dispatch tests first (the records most stores are made of); the
+#: others follow in table order.
+HOT_FORMS = (F_LINCOMB_PAIR, F_PHASE)
+
+
+def dispatch_lines(forms, backward: bool, names: dict | None = None,
+                   keep_partial: bool = False) -> list[str]:
+    """Source of a dispatch on ``form`` over `forms`: each form's call (`tuner.tape.ops.call`,
+    its arguments renamed by `names`; with `keep_partial`, a loss forward's partial kept in
+    ``partial``), and for a tag of no form in `forms`, ``return op``."""
+    lines = []
+    for n, f in enumerate(forms):
+        row = FORM_TABLE[f]
+        lines.append(f"{'if' if n == 0 else 'elif'} form == {f}:  # {row.name}")
+        if backward and row.bwd is None:
+            lines.append("    pass  # a leaf: nothing to propagate")
+        else:
+            lines.append("    " + ("partial = " if row.loss and keep_partial else "")
+                         + call(f, backward, names))
+    return lines + ["else:", "    return op  # freezing refuses unknown tags; the caller raises"]
+
+
+def _indented(lines: list[str], depth: int) -> str:
+    return "\n".join("    " * depth + line for line in lines)
+
+
+def interpreter_source() -> str:
+    """The source of `play`, its dispatch by form generated from `tuner.tape.ops.FORM_TABLE`."""
+    order = list(HOT_FORMS) + [f for f in range(len(FORM_TABLE)) if f not in HOT_FORMS]
+    loss = dispatch_lines(LOSS_FORMS, False, dict(o="o2", a="o1"), keep_partial=True)
+    return _PLAY.format(
+        imports=", ".join(form_functions()),
+        loss=_indented(loss, 3), forward=_indented(dispatch_lines(order, False), 3),
+        backward=_indented(dispatch_lines(order, True), 3))
+
+
+_PLAY = '''
+from tuner.tape.ops import KERNEL_MASK, {imports}
+
+
+def play(st, arena, rows, seed, with_grad, outputs):
     """Play positions ``rows`` last to first: ``outputs[i]`` = the segment outputs of
     ``rows[i]``; with `with_grad`, each position's backward sweep follows its forward sweep,
     seeded with `seed` at its last output, and the parameter gradients accumulate in the arena.
 
     Returns -1, or the tag of a record no branch knows (the sweep stops there; freezing never
     lets one through). Rows come in any (shuffled) order: what the next positions read is
-    prefetched. The dispatch by form is written here, in the loop bodies, and the store's and
-    arena's arrays are unpacked once: a function called per record with arrays (or with the
-    namedtuples) would cost Numba's reference-count updates, several times the arithmetic; for
-    the same reason nothing in the loops raises (an exception path there defeats the pruning of
-    those updates).
+    prefetched. The dispatch by form is generated from the form table (`interpreter_source`),
+    in the loop bodies, and the store's and arena's arrays are unpacked once: a function called
+    per record with arrays (or with the namedtuples) would cost Numba's reference-count updates,
+    several times the arithmetic; for the same reason nothing in the loops raises (an exception
+    path there defeats the pruning of those updates).
     """
     val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
     t_first, t_op, t_out, t_lhs, t_rhs = st.t_first, st.t_op, st.t_out, st.t_lhs, st.t_rhs
@@ -1011,7 +1051,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
     n_seg = t_outs.shape[1]
     t_linear = st.t_linear
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef)
+        prefetch_ahead(rows, i, st)
         p = rows[i]
         t = tmpl[p]
         r0, r1 = t_first[t], t_first[t + 1]
@@ -1028,10 +1068,9 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             o0, o1, o2 = t_out[r0], t_out[r0 + 1], t_out[r0 + 2]
             _lincomb_pair_fwd(pv, idx, coef, o0, q, n, bits)
             _phase_fwd(val, pv, o1, o0, alpha)
-            if t_op[r0 + 2] >> KERNEL_BITS == F_SIGMOID_SQ_ERR:  # else cross-entropy
-                partial = _sigmoid_sq_err_fwd(val, o2, o1, s0, s1)
-            else:
-                partial = _sigmoid_xent_fwd(val, o2, o1, s0, s1)
+            op = t_op[r0 + 2]
+            form = op >> KERNEL_BITS
+{loss}
             outputs[i, 0] = val[o1]
             outputs[i, 1] = val[o2]
             if with_grad:
@@ -1046,59 +1085,14 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             continue
         for r in range(r0, r1):
             op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
-            form, k = op >> KERNEL_BITS, op & 15
+            form, k = op >> KERNEL_BITS, op & KERNEL_MASK
             if FORM_NARY[form] != S_NONE:
                 a, b = q, nary[p, b]
                 q += b
             c0, c1 = t_scol[r, 0], t_scol[r, 1]
             s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
             s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
-            if form == F_LINCOMB_PAIR:
-                _lincomb_pair_fwd(pv, idx, coef, o, a, b, bits)
-            elif form == F_PHASE:
-                _phase_fwd(val, pv, o, a, s0)
-            elif form == F_VV:
-                _vv_fwd(val, o, a, b, k)
-            elif form == F_VS:
-                _vs_fwd(val, o, a, s0, k)
-            elif form == F_SV:
-                _sv_fwd(val, o, a, s0, k)
-            elif form == F_V:
-                _vs_fwd(val, o, a, 0.0, k)
-            elif form == F_SUM:
-                _sum_fwd(val, idx, o, a, b, bits)
-            elif form == F_LINCOMB_VALUE:
-                _lincomb_value_fwd(val, idx, coef, o, a, b, bits)
-            elif form == F_PP:
-                _pp_fwd(pv, o, a, b, k)
-            elif form == F_PS:
-                _ps_fwd(pv, o, a, s0, k)
-            elif form == F_SP:
-                _sp_fwd(pv, o, a, s0, k)
-            elif form == F_PV:
-                _pv_fwd(val, pv, o, a, b, k)
-            elif form == F_VP:
-                _vp_fwd(val, pv, o, a, b, k)
-            elif form == F_P:
-                _ps_fwd(pv, o, a, 0.0, k)
-            elif form == F_EG_SCALE:
-                _eg_scale_fwd(pv, o, a, s0)
-            elif form == F_ADD_CLAMPED_EG:
-                _clamped_add_eg_fwd(val, pv, o, a, b, False)
-            elif form == F_ADD_WINNABLE_EG:
-                _clamped_add_eg_fwd(val, pv, o, a, b, True)
-            elif form == F_EG_SCALE_BY_SIGN:
-                _eg_scale_by_sign_fwd(pv, o, a, s0, s1)
-            elif form == F_CONST:
-                _const_fwd(val, o, s0)
-            elif form == F_CONST_PAIR:
-                _const_pair_fwd(pv, o, s0, s1)
-            elif form == F_SIGMOID_SQ_ERR:
-                _sigmoid_sq_err_fwd(val, o, a, s0, s1)
-            elif form == F_SIGMOID_XENT:
-                _sigmoid_xent_fwd(val, o, a, s0, s1)
-            else:
-                return op  # freezing refuses unknown tags; the caller raises
+{forward}
         for s in range(n_seg):
             o = t_outs[t, s]
             outputs[i, s] = val[o] if o >= 0 else np.nan
@@ -1112,7 +1106,7 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
         vg[t_outs[t, n_seg - 1]] += seed
         for r in range(r1 - 1, r0 - 1, -1):
             op, o, a, b = t_op[r], t_out[r], t_lhs[r], t_rhs[r]
-            form, k = op >> KERNEL_BITS, op & 15
+            form, k = op >> KERNEL_BITS, op & KERNEL_MASK
             if FORM_NARY[form] != S_NONE:
                 b = nary[p, b]
                 q -= b
@@ -1120,51 +1114,15 @@ def play(st: Store, arena: Arena, rows, seed, with_grad, outputs) -> int:
             c0, c1 = t_scol[r, 0], t_scol[r, 1]
             s0 = t_sconst[r, 0] if c0 < 0 else scalars[p, c0]
             s1 = t_sconst[r, 1] if c1 < 0 else scalars[p, c1]
-            if form == F_LINCOMB_PAIR:
-                _lincomb_pair_bwd(pg, idx, coef, o, a, b, bits)
-            elif form == F_PHASE:
-                _phase_bwd(vg, pg, o, a, s0)
-            elif form == F_VV:
-                _vv_bwd(val, vg, o, a, b, k)
-            elif form == F_VS:
-                _vs_bwd(val, vg, o, a, s0, k)
-            elif form == F_SV:
-                _sv_bwd(val, vg, o, a, s0, k)
-            elif form == F_V:
-                _vs_bwd(val, vg, o, a, 0.0, k)
-            elif form == F_SUM:
-                _sum_bwd(vg, idx, o, a, b, bits)
-            elif form == F_LINCOMB_VALUE:
-                _lincomb_value_bwd(vg, idx, coef, o, a, b, bits)
-            elif form == F_PP:
-                _pp_bwd(pv, pg, o, a, b, k)
-            elif form == F_PS:
-                _ps_bwd(pv, pg, o, a, s0, k)
-            elif form == F_SP:
-                _sp_bwd(pv, pg, o, a, s0, k)
-            elif form == F_PV:
-                _pv_bwd(val, vg, pv, pg, o, a, b, k)
-            elif form == F_VP:
-                _vp_bwd(val, vg, pv, pg, o, a, b, k)
-            elif form == F_P:
-                _ps_bwd(pv, pg, o, a, 0.0, k)
-            elif form == F_EG_SCALE:
-                _eg_scale_bwd(pg, o, a, s0)
-            elif form == F_ADD_CLAMPED_EG:
-                _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, False)
-            elif form == F_ADD_WINNABLE_EG:
-                _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, True)
-            elif form == F_EG_SCALE_BY_SIGN:
-                _eg_scale_by_sign_bwd(pv, pg, o, a, s0, s1)
-            elif form == F_SIGMOID_SQ_ERR:
-                _sigmoid_sq_err_bwd(val, vg, o, a, s0, s1)
-            elif form == F_SIGMOID_XENT:
-                _sigmoid_xent_bwd(val, vg, o, a, s0, s1)
-            elif form == F_CONST or form == F_CONST_PAIR:
-                pass  # a leaf: nothing to propagate
-            else:
-                return op
+{backward}
     return -1
+'''
+
+# `play` is compiled from its generated source, under this file's name: Numba caches its machine
+# code like the rest of this module's (the cache folder is named after the package's sources, so
+# a changed form table never meets code compiled from another).
+exec(compile(interpreter_source(), __file__, "exec"), globals())
+play = njit(**JIT)(play)  # noqa: F821 (defined by the exec above)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,75 +8,42 @@ for the templates of one store, a Python module in which each template is a bloc
 its slots, kernels and template constants written in as literals, compiles it with Numba (cached
 on disk like every other kernel: the file is named after its contents) and returns it.
 
-The calls are the interpreter's, from one table (`CALLS`, form by form, forward and backward): the
-same op functions with the same arguments in the same order. A specialised player therefore gives
-the interpreter's results bit for bit (a test runs every form through both); it only skips the
-decoding. A store with more than `MAX_TEMPLATES` templates is not specialised
-(`specialisable`): the interpreter plays it.
+The calls are the interpreter's, rendered from the same rows of the form table
+(`tuner.tape.ops.call`: the same op functions with the same arguments in the same order) that
+`tuner.tape.player.play`'s dispatch is generated from. A specialised player therefore gives the
+interpreter's results bit for bit (a test runs every form through both); it only skips the
+decoding. Each call is labelled with its record's tag (`tuner.tape.ops.tag_name`). A store with
+more than `MAX_TEMPLATES` templates is not specialised (`specialisable`): the interpreter plays it.
 
 Callers that drive `play` from compiled code (`tuner.train.kernels.replay_chunks`) pass those
-drivers to `specialise`: their source is copied into the generated module, where the name `play`
-is the specialised player, so a driver is written once and there is no call through a function
-pointer per chunk.
+drivers to `specialise`: each is compiled again from its own code object with the global name
+``play`` bound to the specialised player (`rebound`; nothing of its source is copied), so a
+driver is written once and there is no call through a function pointer per chunk. The generated
+file's path and a summary of its templates are logged at debug level (`logging`, logger
+``tuner.tape.specialise``).
 """
 from __future__ import annotations
 
 import hashlib
-import inspect
+import logging
 import os
 import sys
+import types
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+from numba import njit
 
 from tuner import cachedir
 from tuner.fileio import atomic_write, remove_stale_temps
+from tuner.jit import JIT
 
-from .ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_CONST, F_CONST_PAIR, F_EG_SCALE,
-                  F_EG_SCALE_BY_SIGN, F_LINCOMB_PAIR, F_LINCOMB_VALUE, F_P, F_PHASE, F_PP, F_PS,
-                  F_PV, F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, F_SP, F_SUM, F_SV, F_V, F_VP, F_VS, F_VV,
-                  FORM_NAMES, FORM_NARY, KERNEL_BITS, N_FORMS, S_NONE)
+from .ops import (FORM_NARY, FORM_TABLE, KERNEL_BITS, KERNEL_MASK, N_FORMS, S_NONE, call,
+                  form_functions, tag_name)
 from .player import Store
 
-#: Per form: the forward and the backward call of `tuner.tape.player.play` (None: no backward, a
-#: leaf). ``{o} {a} {b}`` are the output and operand slots (n-ary: first operand, count), ``{k}``
-#: the kernel, ``{s0} {s1}`` the scalars, ``{r}`` the record's number in its template, ``{bits}``
-#: the store's packing of operands (`tuner.tape.ops.operand`).
-CALLS = {
-    F_VV: ("_vv_fwd(val, {o}, {a}, {b}, {k})", "_vv_bwd(val, vg, {o}, {a}, {b}, {k})"),
-    F_VS: ("_vs_fwd(val, {o}, {a}, {s0}, {k})", "_vs_bwd(val, vg, {o}, {a}, {s0}, {k})"),
-    F_SV: ("_sv_fwd(val, {o}, {a}, {s0}, {k})", "_sv_bwd(val, vg, {o}, {a}, {s0}, {k})"),
-    F_V: ("_vs_fwd(val, {o}, {a}, 0.0, {k})", "_vs_bwd(val, vg, {o}, {a}, 0.0, {k})"),
-    F_PP: ("_pp_fwd(pv, {o}, {a}, {b}, {k})", "_pp_bwd(pv, pg, {o}, {a}, {b}, {k})"),
-    F_PS: ("_ps_fwd(pv, {o}, {a}, {s0}, {k})", "_ps_bwd(pv, pg, {o}, {a}, {s0}, {k})"),
-    F_SP: ("_sp_fwd(pv, {o}, {a}, {s0}, {k})", "_sp_bwd(pv, pg, {o}, {a}, {s0}, {k})"),
-    F_PV: ("_pv_fwd(val, pv, {o}, {a}, {b}, {k})", "_pv_bwd(val, vg, pv, pg, {o}, {a}, {b}, {k})"),
-    F_VP: ("_vp_fwd(val, pv, {o}, {a}, {b}, {k})", "_vp_bwd(val, vg, pv, pg, {o}, {a}, {b}, {k})"),
-    F_P: ("_ps_fwd(pv, {o}, {a}, 0.0, {k})", "_ps_bwd(pv, pg, {o}, {a}, 0.0, {k})"),
-    F_EG_SCALE: ("_eg_scale_fwd(pv, {o}, {a}, {s0})", "_eg_scale_bwd(pg, {o}, {a}, {s0})"),
-    F_ADD_CLAMPED_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, False)",
-                       "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, False)"),
-    F_PHASE: ("_phase_fwd(val, pv, {o}, {a}, {s0})", "_phase_bwd(vg, pg, {o}, {a}, {s0})"),
-    F_SUM: ("_sum_fwd(val, idx, {o}, {a}, {b}, {bits})",
-            "_sum_bwd(vg, idx, {o}, {a}, {b}, {bits})"),
-    F_LINCOMB_PAIR: ("_lincomb_pair_fwd(pv, idx, coef, {o}, {a}, {b}, {bits})",
-                     "_lincomb_pair_bwd(pg, idx, coef, {o}, {a}, {b}, {bits})"),
-    F_LINCOMB_VALUE: ("_lincomb_value_fwd(val, idx, coef, {o}, {a}, {b}, {bits})",
-                      "_lincomb_value_bwd(vg, idx, coef, {o}, {a}, {b}, {bits})"),
-    F_ADD_WINNABLE_EG: ("_clamped_add_eg_fwd(val, pv, {o}, {a}, {b}, True)",
-                        "_clamped_add_eg_bwd(val, vg, pv, pg, {o}, {a}, {b}, True)"),
-    F_EG_SCALE_BY_SIGN: ("_eg_scale_by_sign_fwd(pv, {o}, {a}, {s0}, {s1})",
-                         "_eg_scale_by_sign_bwd(pv, pg, {o}, {a}, {s0}, {s1})"),
-    F_CONST: ("_const_fwd(val, {o}, {s0})", None),
-    F_CONST_PAIR: ("_const_pair_fwd(pv, {o}, {s0}, {s1})", None),
-    # The losses' forwards return their partial: the backward reuses it (``{r}``: the record).
-    F_SIGMOID_SQ_ERR: ("partial{r} = _sigmoid_sq_err_fwd(val, {o}, {a}, {s0}, {s1})",
-                       "_loss_bwd(vg, {o}, {a}, partial{r})"),
-    F_SIGMOID_XENT: ("partial{r} = _sigmoid_xent_fwd(val, {o}, {a}, {s0}, {s1})",
-                     "_loss_bwd(vg, {o}, {a}, partial{r})"),
-}
-assert sorted(CALLS) == list(range(N_FORMS)), "every form needs its calls"
+log = logging.getLogger(__name__)
 
 #: Stores with more templates than this are left to the interpreter (a block per template makes
 #: the generated function, and its compilation, grow with their number).
@@ -120,9 +87,10 @@ def template_lines(st: Store, t: int) -> list[str]:
     last_nary = max(nary_records(st, t), default=-1)
     for r in range(r0, r1):
         op = int(st.t_op[r])
-        form, k = op >> KERNEL_BITS, op & 15
+        form, k = op >> KERNEL_BITS, op & KERNEL_MASK
         if form >= N_FORMS:
             raise ValueError(f"template {t}, record {r - r0}: unknown record tag {op}")
+        row = FORM_TABLE[form]
         s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
              else _literal(st.t_sconst[r, j]) for j in range(2)]
         a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
@@ -133,12 +101,16 @@ def template_lines(st: Store, t: int) -> list[str]:
                                            else f"nary[p, {b}]"))
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
-        f_call, b_call = CALLS[form]
-        args = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1], r=r - r0,
-                    bits=int(st.coef_bits[0]))
-        fwd.append(f"{f_call.format(**args)}  # {FORM_NAMES[form]}")
-        if b_call is not None:
-            bwd.append(b_call.format(**args))
+        names = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1],
+                     bits=int(st.coef_bits[0]))
+        label = f"  # {tag_name(op)}"
+        if row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
+            fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
+            bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
+        else:
+            fwd.append(call(form, False, names) + label)
+            if row.bwd is not None:
+                bwd.append(call(form, True, names) + label)
     n_seg = st.t_out_slots.shape[1]
     for seg in range(n_seg):
         o = int(st.t_out_slots[t, seg])
@@ -155,11 +127,9 @@ def template_lines(st: Store, t: int) -> list[str]:
     return fwd + grad
 
 
-def player_source(st: Store, drivers=()) -> str:
+def player_source(st: Store) -> str:
     """The generated module: ``play`` (the interpreter's signature and contract) with a block for
-    each template of `st`, and the source of every function of `drivers` (compiled functions
-    whose body calls ``play``) rebound to it."""
-    imports = set()
+    each template of `st`."""
     blocks = []
     n_t = len(st.t_temps)
     if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
@@ -175,21 +145,11 @@ def player_source(st: Store, drivers=()) -> str:
     # last one's count is not read).
     reads_tmpl = n_t > 1
     reads_nary = any(len(nary_records(st, t)) > 1 for t in range(n_t))
-    driver_src = []
-    for fn in drivers:
-        py = fn.py_func
-        for name in py.__code__.co_names:
-            if name != "play" and name in py.__globals__ and not name.startswith("__"):
-                imports.add((py.__module__, name))
-        driver_src.append(inspect.getsource(py))
     import tuner
 
-    lines = [_HEADER.format(n_templates=len(st.t_temps), sources=tuner.source_digest(),
-                            ops=", ".join(sorted({c.split("(")[0].split(" = ")[-1]
-                                                  for pair in CALLS.values()
-                                                  for c in pair if c})))]
-    lines += [f"from {m} import {n}" for m, n in sorted(imports)]
-    lines.append(f'''
+    header = _HEADER.format(n_templates=n_t, sources=tuner.source_digest(),
+                            ops=", ".join(form_functions()))
+    return header + f'''
 
 @njit(**JIT)
 def play(st, arena, rows, seed, with_grad, outputs):
@@ -199,15 +159,37 @@ def play(st, arena, rows, seed, with_grad, outputs):
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
                                                 st.index, st.coef)
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, tmpl, opnd_off, nary, scalars, idx, coef, {reads_tmpl},
-                       {reads_nary})
+        prefetch_ahead(rows, i, st, {reads_tmpl}, {reads_nary})
         p = rows[i]
         q = opnd_off[p]
 {body}
     return -1
-''')
-    lines += ["\n" + src for src in driver_src]
-    return "\n".join(lines)
+'''
+
+
+def template_summary(st: Store) -> str:
+    """One line per template of `st`: its number of records and their tags, in order."""
+    return "; ".join(
+        f"template {t}: {int(st.t_first[t + 1] - st.t_first[t])} records ("
+        + ", ".join(tag_name(int(op)) for op in st.t_op[st.t_first[t]: st.t_first[t + 1]]) + ")"
+        for t in range(len(st.t_temps)))
+
+
+def rebound(driver, play, suffix: str):
+    """Compiled function `driver` (its Python function, ``driver.py_func``) compiled again with
+    its global name ``play`` bound to `play`: the same code object, closure and defaults, its
+    other globals those of its module. Its machine code is cached under the driver's name plus
+    `suffix` (`specialise` passes the generated module's name, so two players never share it).
+    ValueError if the driver does not name ``play`` as a global."""
+    py = driver.py_func
+    if "play" not in py.__code__.co_names:
+        raise ValueError(f"{py.__module__}.{py.__qualname__} does not call play (a global of "
+                         f"that name): it cannot be bound to a specialised player")
+    fn = types.FunctionType(py.__code__, {**py.__globals__, "play": play}, py.__name__,
+                            py.__defaults__, py.__closure__)
+    fn.__qualname__ = f"{py.__qualname__}__{suffix}"
+    fn.__doc__ = py.__doc__
+    return njit(**JIT)(fn)
 
 
 def specialisable(st: Store) -> bool:
@@ -241,15 +223,27 @@ def _written(folder: Path, name: str, source: str) -> Path:
 
 def specialise(st: Store, drivers=()) -> ModuleType:
     """The compiled module of `player_source` for `st` (written once, then imported; Numba caches
-    its machine code like any other module's). ValueError if not `specialisable`."""
+    its machine code like any other module's), with each of `drivers` `rebound` to its ``play``
+    under the driver's name. ValueError if not `specialisable`."""
     if not specialisable(st):
         raise ValueError(f"{len(st.t_temps)} templates: more than a specialised player is written "
                          f"for ({MAX_TEMPLATES})")
-    source = player_source(st, drivers)
+    source = player_source(st)
     digest = hashlib.blake2b(source.encode(), digest_size=10).hexdigest()
     name = f"tuner_player_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
+    module = sys.modules.get(name)
+    if module is None:
+        module = _imported(name, source)
+        log.debug("specialised player %s: %s", module.__file__, template_summary(st))
+    for driver in drivers:
+        if not hasattr(module, driver.__name__):
+            setattr(module, driver.__name__, rebound(driver, module.play, name))
+    return module
+
+
+def _imported(name: str, source: str) -> ModuleType:
+    """Module `name` run from `source`, written to the players' folder first (or, where that
+    cannot be written, to this process's temporary folder, removed when it exits)."""
     try:
         path = _written(cachedir.private_folder(_folder()), name, source)
     except OSError as e:  # unwritable or refused: the folder of this process
@@ -262,5 +256,9 @@ def specialise(st: Store, drivers=()) -> ModuleType:
     module = ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module
-    exec(compile(source, str(path), "exec"), module.__dict__)
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[name]  # not a module a later call could take for a working one
+        raise
     return module

@@ -22,7 +22,7 @@ from tuner.jit import JIT
 
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
-from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT, record_sigmoid_sq_err, record_sigmoid_xent
+from tuner.tape.ops import F_SIGMOID_SQ_ERR, record_loss
 from tuner.tape.player import Store, StoreBuilder, extract
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
@@ -34,13 +34,10 @@ EVAL, LOSS = 0, 1
 
 @njit(**JIT)
 def record_losses(tape, slots, results, rows, k, loss):
-    """The loss of every position, record form `loss` (F_SIGMOID_SQ_ERR or F_SIGMOID_XENT) with
+    """The loss of every position, record form `loss` (one of `tuner.tape.ops.LOSS_FORMS`) with
     K and the target as the record's scalars: ``slots[LOSS, i]`` from ``slots[EVAL, i]``."""
     for i in range(rows.shape[0]):
-        if loss == F_SIGMOID_XENT:
-            slots[LOSS, i] = record_sigmoid_xent(tape, slots[EVAL, i], k, results[rows[i]])
-        else:
-            slots[LOSS, i] = record_sigmoid_sq_err(tape, slots[EVAL, i], k, results[rows[i]])
+        slots[LOSS, i] = record_loss(tape, slots[EVAL, i], k, results[rows[i]], loss)
 
 
 def new_training_tape(registry, micro: int):

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from tuner.tape.ops import F_SIGMOID_SQ_ERR, F_SIGMOID_XENT
+from tuner.tape.ops import LOSS_BY_NAME
 
-#: ``[loss] function`` -> the loss record of each position.
-LOSS_FORMS = {"mse": F_SIGMOID_SQ_ERR, "cross_entropy": F_SIGMOID_XENT}
+#: ``[loss] function`` -> the loss record of each position (the loss forms of the form table).
+LOSS_FORMS = dict(LOSS_BY_NAME)
 #: The K a config may give and a fit may choose (eval in centipawns: below K_MIN a 10,000 cp
 #: evaluation moves the prediction by less than 0.25 %, above K_MAX one centipawn decides it);
 #: a fit scans GRID_PER_DECADE points per decade of it.
