@@ -1,13 +1,48 @@
 """Fixtures shared by the test modules: the shipped 4,000-position sample `tiny`, as a dataset and
 split for training (module scope: each module gets its own copy, so no module sees another's
-changes)."""
+changes).
+
+``pytest --compile-times`` adds a report of the seconds each test spent in Numba compilations in
+this process (outermost ones, setup included; subprocesses not counted), slowest first, to find
+where a cold run's time goes (with ``--durations``)."""
 from __future__ import annotations
 
 import pytest
 
+from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
 from tuner.train.config import validate
 from tuner.train.loop import load_data
+
+#: How many tests the ``--compile-times`` report lists.
+COMPILE_REPORT_LINES = 40
+#: The seconds of compilation of each test (by node id), for that report.
+_COMPILE_TIMES = pytest.StashKey[dict[str, CompileWatch]]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--compile-times", action="store_true",
+                     help="report the seconds each test spent compiling with Numba")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not item.config.getoption("compile_times"):
+        yield
+        return
+    with watch_compilation(lambda: None) as watch:
+        yield
+    item.config.stash.setdefault(_COMPILE_TIMES, {})[item.nodeid] = watch
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    times = config.stash.get(_COMPILE_TIMES, {})
+    if not times:
+        return
+    total = sum(w.seconds for w in times.values())
+    terminalreporter.section(f"Numba compilation: {total:.1f} s in this process")
+    for nodeid, w in sorted(times.items(), key=lambda kv: -kv[1].seconds)[:COMPILE_REPORT_LINES]:
+        terminalreporter.write_line(f"{w.seconds:8.1f} s  {nodeid}")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -161,6 +162,138 @@ def test_a_killed_process_leaves_no_fallback_folder_behind(tmp_path):
     assert r.returncode == 0, r.stderr
     left = sorted(p.name for p in tmp.iterdir())
     assert left == sorted([legacy_new.name] + ([foreign.name] if os.geteuid() == 0 else [])), left
+
+
+#: Adds a function of the evaluations' layer to a package copy; it calls `popcount` (tuner/chess).
+PROBE = """from numba import njit
+
+from tuner.chess.bitboard import popcount
+from tuner.jit import JIT
+
+
+@njit(**JIT)
+def probe(x):
+    return popcount(x) + 100
+"""
+#: A user's evaluation module, outside the package, calling `popcount` too.
+USER_MODULE = """from numba import njit
+
+from tuner.chess.bitboard import popcount
+
+
+@njit(cache=True)
+def user(x):
+    return popcount(x) + 1000
+"""
+#: A module generated into the tape layer's folder (as a specialised player is), run from there.
+GENERATED = """from numba import njit
+
+from tuner.jit import JIT
+
+
+@njit(**JIT)
+def generated(x):
+    return x + 10000
+"""
+#: Calls each of them and prints (as JSON) the values and the functions Numba compiled.
+LAYER_SCRIPT = f"""
+import importlib.util, json, sys, numpy as np, tuner
+from numba.core import event
+compiled = []
+class Names(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__name__)
+    def on_end(self, ev):
+        pass
+from tuner.chess.bitboard import popcount
+from tuner.evals.probe import probe
+import user_eval
+folder = tuner.cache_folder("tape") / "generated"
+folder.mkdir(mode=0o700, exist_ok=True)
+(folder / "gen.py").write_text({GENERATED!r})
+spec = importlib.util.spec_from_file_location("gen", folder / "gen.py")
+gen = sys.modules["gen"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gen)
+x = np.uint64(3)
+with event.install_listener("numba:compile", Names()):
+    values = [int(popcount(x)), int(probe(x)), int(user_eval.user(x)), int(gen.generated(x))]
+print(json.dumps({{"values": values, "compiled": sorted(set(compiled))}}))
+"""
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+def test_the_cache_is_keyed_per_layer(tmp_path):
+    """An edit recompiles its own layer and those above, reuses the machine code of the layers
+    below and never serves code compiled from other sources: a user's module (outside the
+    package) is keyed by every source, a module generated into a layer's folder by that layer."""
+    root = _package_copy(tmp_path)
+    pkg = root / "tuner"
+    (pkg / "evals" / "probe.py").write_text(PROBE)
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "user_eval.py").write_text(USER_MODULE)
+    cache = tmp_path / "numba"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(root), str(tmp_path / "user")]),
+               NUMBA_CACHE_DIR=str(cache))
+    cli = pkg / Path(importlib.util.find_spec("tuner.cli").origin).resolve().relative_to(PACKAGE)
+
+    def run() -> tuple[list[int], list[str]]:
+        r = subprocess.run([sys.executable, "-c", LAYER_SCRIPT], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        return out["values"], out["compiled"]
+
+    everything = ["generated", "popcount", "probe", "user"]
+    assert run() == ([2, 102, 1002, 10003], everything)
+    assert run() == ([2, 102, 1002, 10003], [])                     # all loaded
+    _append(cli, "# a help string changed\n")                      # the top layer
+    assert run() == ([2, 102, 1002, 10003], ["user"])
+    _append(pkg / "evals" / "__init__.py", "# evaluations changed\n")
+    assert run() == ([2, 102, 1002, 10003], ["probe", "user"])
+    bitboard = pkg / "chess" / "bitboard.py"                        # popcount doubled
+    text = bitboard.read_text()
+    assert text.count(POPCOUNT) == 1
+    bitboard.write_text(text.replace(POPCOUNT, POPCOUNT.replace("return ", "return 2 * ")))
+    assert run() == ([4, 104, 1004, 10003], ["popcount", "probe", "user"])
+    names = sorted(p.name.rsplit("-", 1)[0] for p in cache.iterdir())
+    assert names == ["chess"] * 2 + ["cli"] * 4 + ["evals"] * 3 + ["tape"]
+    assert [p.parent.parent.name.split("-")[0] for p in cache.rglob("gen.generated-*.nbi")] == ["tape"]
+    assert {m for p, m in _tree_modes(cache).items() if (cache / p).is_dir()} == {0o700}
+
+
+def test_older_versions_of_a_layer_are_removed(tmp_path):
+    base = tmp_path / "numba"
+    base.mkdir(mode=0o700)
+    unlayered = base / "0123456789abcdef"  # a version before the cache was keyed per layer
+    unlayered.mkdir()
+    assert cachedir.remove_unlayered_versions(base) == [unlayered]
+    now = time.time()
+    for i, digest in enumerate(["a" * 16, "b" * 16, "c" * 16]):
+        os.utime(cachedir.version_folder(base, "chess", digest, keep=2), (now - 100 + i,) * 2)
+    other = cachedir.version_folder(base, "tape", "d" * 16, keep=2)
+    assert sorted(p.name for p in base.iterdir()) == ["chess-" + "b" * 16, "chess-" + "c" * 16,
+                                                      other.name]
+    cachedir.version_folder(base, "chess", "b" * 16, keep=2)      # used: now the newest
+    cachedir.version_folder(base, "chess", "e" * 16, keep=2)
+    assert sorted(p.name for p in base.iterdir()) == ["chess-" + "b" * 16, "chess-" + "e" * 16,
+                                                      other.name]
+
+
+def test_layer_digests_cover_the_layers_below():
+    """source_digest is the top layer's; every layer's digest differs from the one below; the
+    layers of some files."""
+    assert tuner.source_digest() == tuner.layer_digest(tuner.TOP)
+    assert len({tuner.layer_digest(layer) for layer in tuner.LAYERS}) == len(tuner.LAYERS)
+    assert [tuner.layer_of(PACKAGE / f) for f in ("jit.py", "tape/ops.py", "chess/fen.py",
+                                                  "examples/kingsafety.py")] == \
+        ["base", "tape", "chess", tuner.TOP]
+    assert tuner.layer_of(Path(__file__)) is None
+    with pytest.raises(ValueError, match="'nosuch': not a layer of the package"):
+        tuner.layer_digest("nosuch")
 
 
 # -- players -------------------------------------------------------------------------------------

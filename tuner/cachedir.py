@@ -7,6 +7,9 @@ have written: `private_folder` makes missing folders 0700 whatever the umask and
 `CacheError`, a folder owned by another user or writable by its group or others; `open_private`
 does the same for a file (and refuses a symbolic link).
 
+`version_folder` is one version of a layer's machine code in Numba's cache folder
+(``<layer>-<digest>``), the older versions beyond a number removed.
+
 `process_folder` is the fallback where no such folder can be had (a read-only cache home): a 0700
 temporary folder of this process, ``tuner-<pid>-<random>`` in the system temporary folder, removed
 at exit. One left by a killed process is removed by the next import of `tuner`
@@ -36,6 +39,10 @@ _PROCESS_NAME = re.compile(r"tuner-(\d+)-[^/]+\Z")
 #: removed (`remove_dead_process_folders`) once untouched for `LEGACY_AGE_S` seconds.
 LEGACY_PREFIX = "tuner-players-"
 LEGACY_AGE_S = 24 * 3600
+#: A version of a layer's machine code (`version_folder`), and one of the versions before the
+#: cache was keyed per layer (a folder per digest of all sources, `remove_unlayered_versions`).
+_VERSION_NAME = re.compile(r"([a-z]+)-[0-9a-f]{16}\Z")
+_UNLAYERED_NAME = re.compile(r"[0-9a-f]{16}\Z")
 
 
 class CacheError(OSError):
@@ -112,6 +119,39 @@ def open_private(path: str | os.PathLike) -> BinaryIO:
         f.close()
         raise
     return f
+
+
+def version_folder(base: str | os.PathLike, layer: str, digest: str, keep: int) -> Path:
+    """``base/<layer>-<digest>``, a `private_folder` (checked up to `base`) touched now. When it
+    is made, the other versions of `layer` in `base` but the `keep` - 1 newest are removed."""
+    base = Path(base)
+    folder = base / f"{layer}-{digest}"
+    new = not folder.exists()
+    private_folder(folder, top=base)
+    os.utime(folder)  # the newest used are kept
+    if new:
+        old = [p for p in base.iterdir() if p != folder and _is_version(p, layer)]
+        old.sort(key=lambda p: p.stat().st_mtime)
+        for p in old[: max(0, len(old) - (keep - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+    return folder
+
+
+def _is_version(path: Path, layer: str) -> bool:
+    m = _VERSION_NAME.match(path.name)
+    return m is not None and m[1] == layer and path.is_dir() and not path.is_symlink()
+
+
+def remove_unlayered_versions(base: str | os.PathLike) -> list[Path]:
+    """Remove from `base` the folders named by a 16-digit hexadecimal digest, which versions
+    before the cache was keyed per layer made (one per version of all the sources). Returns what
+    was removed."""
+    removed = []
+    for p in Path(base).iterdir():
+        if _UNLAYERED_NAME.match(p.name) and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 @functools.cache
