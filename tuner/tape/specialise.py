@@ -147,7 +147,7 @@ def player_source(st: Store) -> str:
     reads_nary = any(len(nary_records(st, t)) > 1 for t in range(n_t))
     import tuner
 
-    header = _HEADER.format(n_templates=n_t, sources=tuner.source_digest(),
+    header = _HEADER.format(n_templates=n_t, sources=tuner.layer_digest("tape"),
                             ops=", ".join(form_functions()))
     return header + f'''
 
@@ -198,10 +198,12 @@ def specialisable(st: Store) -> bool:
 
 
 def _folder() -> Path:
-    """Where generated modules live: beside Numba's cache (one folder per version of the package's
-    sources, see `tuner`), so a module never outlives the code it was generated for."""
-    base = os.environ.get("NUMBA_CACHE_DIR")
-    return (Path(base) if base else cachedir.process_folder()) / "players"
+    """Where generated modules live: in the tape layer's version folder of Numba's cache (see
+    `tuner.cache_folder`), so a module never outlives the code it was generated for, and an edit
+    above the tape (a command, an evaluation) keeps it and its machine code."""
+    import tuner
+
+    return tuner.cache_folder("tape") / "players"
 
 
 def _written(folder: Path, name: str, source: str) -> Path:

@@ -68,7 +68,7 @@ class StoreCache:
         h.update(repr((k, *loss)).encode())
         module = sys.modules[self.evaluation.record_batch.py_func.__module__]
         h.update(Path(module.__file__).read_bytes())
-        h.update(tuner.source_digest().encode())
+        h.update(tuner.layer_digest("train").encode())  # the recording code and all below it
         return h.hexdigest()
 
     def folder(self) -> Path:
