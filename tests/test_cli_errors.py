@@ -43,6 +43,26 @@ def test_no_layer_below_the_cli_uses_click_exceptions():
     assert [hit for p in files for hit in click_errors_raised(p)] == []
 
 
+def click_imports(path: Path, root: Path = PACKAGE) -> list[str]:
+    """``file:line`` for every import of Click (top level or inside a function) in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [f"{path.relative_to(root.parent)}:{node.lineno}" for node in ast.walk(tree)
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "click"
+                                                     for a in node.names))
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "click")]
+
+
+def test_only_the_cli_imports_click(tmp_path):
+    """Click is the terminal's library: a layer below the CLI reports through a callable it is
+    given (as `tuner.train.bench.run_bench` does), never by echoing."""
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if "cli" not in p.relative_to(PACKAGE).parts]
+    assert [hit for p in files for hit in click_imports(p)] == []
+    planted = tmp_path / "tuner" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text("def f():\n    from click import echo\n    echo('x')\n", encoding="utf-8")
+    assert click_imports(planted, tmp_path / "tuner") == ["tuner/planted.py:2"]
+
+
 def test_scan_finds_click_exceptions(tmp_path):
     """The scan above reports a planted use, with its line."""
     text = (PACKAGE / "evals" / "verify.py").read_text(encoding="utf-8")  # a real module

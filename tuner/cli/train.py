@@ -136,4 +136,4 @@ def bench_cmd(threads, epochs, dataset, mode):
     from tuner.train.bench import run_bench
 
     from .terminal import TRAINING_KERNELS, announce_compiling
-    run_bench(dataset, epochs, threads, mode, announce=lambda: announce_compiling(TRAINING_KERNELS))
+    run_bench(dataset, epochs, threads, mode, click.echo, announce=lambda: announce_compiling(TRAINING_KERNELS))

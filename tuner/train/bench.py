@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 import tempfile
 
-import click
 import numpy as np
 
 from .config import validate
@@ -57,8 +56,11 @@ class _Timings(Observer):
         self.n, self.load_s = n_positions, seconds
 
 
-def run_bench(dataset: str, epochs: int, threads: int, mode: str = "replay",
-              announce: Callable[[], None] = lambda: None) -> int:
+def run_bench(dataset: str, epochs: int, threads: int, mode: str,
+              report: Callable[[str], None], announce: Callable[[], None] = lambda: None) -> int:
+    """Run the fixed bench on `dataset`; its lines (timings, then ``Bench: <signature>``) go to
+    `report` as they are known, `announce()` is called before a compilation. Returns the
+    signature."""
     raw = dict(BENCH_CONFIG, data={"train": [dataset], "validation_fraction": 0.0})
     raw["training"] = dict(raw["training"], epochs=epochs, threads=threads, mode=mode)
     cfg = validate(raw, "bench")
@@ -72,18 +74,18 @@ def run_bench(dataset: str, epochs: int, threads: int, mode: str = "replay",
     med = statistics.median(secs)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if timings.compile_s is not None:
-        click.echo(f"compiled the kernels first (a cold cache) in {timings.compile_s:.1f} s, "
+        report(f"compiled the kernels first (a cold cache) in {timings.compile_s:.1f} s, "
                    f"not counted below")
-    click.echo(f"dataset {dataset}: {n:,} positions (loaded in {timings.load_s:.2f} s), "
+    report(f"dataset {dataset}: {n:,} positions (loaded in {timings.load_s:.2f} s), "
                f"{run.n_threads} thread(s), {epochs} epoch(s), batch 16,384")
     for line in lines:
         if line.startswith(("replay", "eager")):
-            click.echo(line)
-    click.echo("s/epoch: " + ", ".join(f"{s:.3f}" for s in secs) + f" (median {med:.3f})")
-    click.echo(f"positions/s: {n / med:,.0f}   peak memory: {peak_mb:,.0f} MB")
-    click.echo(f"final train loss: {history['train_loss'][-1]:.8f}")
+            report(line)
+    report("s/epoch: " + ", ".join(f"{s:.3f}" for s in secs) + f" (median {med:.3f})")
+    report(f"positions/s: {n / med:,.0f}   peak memory: {peak_mb:,.0f} MB")
+    report(f"final train loss: {history['train_loss'][-1]:.8f}")
     sig = signature(run.theta)
-    click.echo(f"Bench: {sig}")
+    report(f"Bench: {sig}")
     return sig
 
 
