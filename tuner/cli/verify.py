@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 
 import click
 
@@ -33,6 +34,18 @@ def compile_reply(pattern: str) -> re.Pattern:
         raise click.UsageError(f"--reply {pattern!r}: needs a named group (?P<{EVAL_GROUP}>...) "
                                f"holding the evaluation")
     return reply
+
+
+@dataclass(frozen=True)
+class UciSettings:
+    """How `tuner verify` talks to the engine: its command line, the command that prints the
+    static evaluation, the reply's pattern, its point of view and the seconds per reply."""
+
+    engine_cmd: str
+    command: str
+    reply: str
+    pov: str
+    timeout: float
 
 
 VERIFY_HELP = """Check an evaluation against the engine it ports, position by position.
@@ -69,11 +82,11 @@ engine exits or does not answer within --timeout seconds (said in one line). See
               help="How many mismatches to print (all are counted).")
 @click.option("--breakdown", is_flag=True,
               help="Print the tuner's breakdown of every mismatch printed.")
-def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, timeout, show,
-               breakdown):
+def verify_cmd(fens, file, evaluation, params, show, breakdown, **engine_options):
+    uci = UciSettings(**engine_options)
     if not fens and file is None:
         raise click.UsageError("give FEN arguments or --file F")
-    pattern = compile_reply(reply)
+    pattern = compile_reply(uci.reply)
     from tuner.compiling import watch_compilation
 
     from .evals import _evaluation, _input_blocks, _parse_all, _read_params
@@ -92,7 +105,7 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
         raise TunerError("no valid position to verify")
 
     mismatches = []
-    with UciEngine(engine_cmd, timeout) as engine:  # an EngineError ends the command
+    with UciEngine(uci.engine_cmd, uci.timeout) as engine:  # an EngineError ends the command
         engine.start()
         with click.progressbar(length=len(ok), file=sys.stderr, show_eta=True, show_pos=True,
                                label=f"verifying {len(ok):,} positions against "
@@ -100,8 +113,8 @@ def verify_cmd(fens, engine_cmd, file, evaluation, params, command, reply, pov, 
             for k, i in enumerate(ok):
                 label, fen = items[i]
                 try:
-                    value, said = engine_value(engine.exchange(fen, command), pattern, fen,
-                                               pov, engine.name)
+                    value, said = engine_value(engine.exchange(fen, uci.command), pattern, fen,
+                                               uci.pov, engine.name)
                 except EngineError as e:
                     raise EngineError(f"{label}: {e}") from None
                 if value != int(tuner_evals[k]):

@@ -10,6 +10,8 @@ Whitespace here is ASCII space, tab, CR, VT and FF.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 from tuner.jit import JIT, INLINE
@@ -103,11 +105,34 @@ def _parse_int(buf, s, e):
     return 0, v
 
 
+class ScannedRows(NamedTuple):
+    """What `scan_lines` fills for the good lines: the FENs (bytes and row offsets), results,
+    scores and each row's line number (sized for the number of lines / bytes)."""
+
+    fen_data: np.ndarray
+    fen_offsets: np.ndarray
+    results: np.ndarray
+    scores: np.ndarray
+    row_line: np.ndarray
+
+
+class BadLines(NamedTuple):
+    """What `scan_lines` fills for the bad lines: line number, `BAD_*` code, the offending token's
+    byte range and an extra count (fields found)."""
+
+    line: np.ndarray
+    code: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    extra: np.ndarray
+
+
 @njit(**JIT)
-def scan_lines(buf, mode, fen_data, fen_offsets, results, scores, row_line,
-               bad_line, bad_code, bad_start, bad_end, bad_extra):
-    """Scan ``buf`` (uint8, whole lines) in ``mode``. Fills the output arrays (sized for the
-    number of lines / bytes) and returns (number of lines, rows, bad lines)."""
+def scan_lines(buf, mode, good, bad):
+    """Scan ``buf`` (uint8, whole lines) in ``mode``, filling `good` (`ScannedRows`) and `bad`
+    (`BadLines`); returns (number of lines, rows, bad lines)."""
+    fen_data, fen_offsets, results, scores, row_line = good
+    bad_line, bad_code, bad_start, bad_end, bad_extra = bad
     n = buf.shape[0]
     i = 0
     line = 0
@@ -248,19 +273,13 @@ def scan_block(raw: bytes, fmt: str):
     mode = MODES[fmt]
     buf = np.frombuffer(raw, dtype=np.uint8)
     cap = int(np.count_nonzero(buf == 10)) + 1
-    fen_data = np.empty(len(buf), np.uint8)
-    fen_offsets = np.empty(cap + 1, np.int32)
-    results = np.empty(cap, np.float64)
-    scores = np.empty(cap, np.int32)
-    row_line = np.empty(cap, np.int64)
-    bad_line = np.empty(cap, np.int64)
-    bad_code = np.empty(cap, np.int8)
-    bad_start = np.empty(cap, np.int64)
-    bad_end = np.empty(cap, np.int64)
-    bad_extra = np.empty(cap, np.int64)
-    n_lines, rows, nbad = scan_lines(buf, mode, fen_data, fen_offsets, results, scores,
-                                     row_line, bad_line, bad_code, bad_start, bad_end,
-                                     bad_extra)
+    good = ScannedRows(np.empty(len(buf), np.uint8), np.empty(cap + 1, np.int32),
+                       np.empty(cap, np.float64), np.empty(cap, np.int32), np.empty(cap, np.int64))
+    bad_lines = BadLines(np.empty(cap, np.int64), np.empty(cap, np.int8), np.empty(cap, np.int64),
+                         np.empty(cap, np.int64), np.empty(cap, np.int64))
+    n_lines, rows, nbad = scan_lines(buf, mode, good, bad_lines)
+    fen_data, fen_offsets, results, scores, row_line = good
+    bad_line, bad_code, bad_start, bad_end, bad_extra = bad_lines
     bad = []
     for k in range(nbad):
         code = int(bad_code[k])

@@ -31,6 +31,8 @@ never imports one above it) and importable from here too.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 
@@ -164,8 +166,8 @@ def parse_batch(batch: pa.RecordBatch, start_row: int, layout: TraceLayout,
             if not lists_ok[i]:
                 why.append("terms is null")
             elif not terms_ok[i]:
-                why.append(_bad_term(i, offsets, struct_ok, index, index_valid, count,
-                                     count_valid, index_ok, layout))
+                why.append(_bad_term(i, _Terms(offsets, struct_ok, index, index_valid, index_ok,
+                                               count, count_valid), layout))
             bad_rows.append(BadRow(start_row + int(i), "; ".join(why)))
     keep = np.flatnonzero(ok)
     lengths = offsets[1:] - offsets[:-1]
@@ -176,9 +178,22 @@ def parse_batch(batch: pa.RecordBatch, start_row: int, layout: TraceLayout,
     return rows, res[keep], None if keep.size == n else ok
 
 
-def _bad_term(i, offsets, struct_ok, index, index_valid, count, count_valid, index_ok,
-              layout: TraceLayout) -> str:
+class _Terms(NamedTuple):
+    """A batch's terms column as `_bad_term` reads it: list offsets, and per term whether it is
+    present, its index (present, in range) and its count (present)."""
+
+    offsets: np.ndarray
+    struct_ok: np.ndarray
+    index: np.ndarray
+    index_valid: np.ndarray
+    index_ok: np.ndarray
+    count: np.ndarray
+    count_valid: np.ndarray
+
+
+def _bad_term(i: int, terms: _Terms, layout: TraceLayout) -> str:
     """What is wrong with the first bad term of row i (field named)."""
+    offsets, struct_ok, index, index_valid, index_ok, count, count_valid = terms
     for j in range(offsets[i], offsets[i + 1]):
         at = f"terms[{j - offsets[i]}]"
         if not struct_ok[j]:
