@@ -147,7 +147,7 @@ def test_a_worker_ray_cannot_restart_ends_the_run_in_one_line_keeping_the_checkp
 def test_a_cluster_run_resumes_bitwise(local_ray, local_runs, tmp_path):
     first, _ = _train(tmp_path, workers=2, epochs=1)
     assert first.epoch == 1
-    run, lines = _train(tmp_path, workers=3, resume=True)
+    run, lines = _train(tmp_path, workers=3, epochs=2, resume=True)
     assert any("resumed from" in line for line in lines)
     assert run.epoch == 2 and np.array_equal(run.theta, local_runs["clockwork"][0])
 
