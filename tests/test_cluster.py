@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from tuner.cli import main
 from tuner.train import cluster as cluster_mod
+from tuner.train.config import ConfigError, validate
 from tuner.train.loop import CHECKPOINT, TrainingError, start_run
 from tuner.train.progress import Observer
 
@@ -172,3 +173,24 @@ def test_cluster_options_without_ray_say_how_to_install_it(tmp_path, monkeypatch
         result.output
     help_text = " ".join(CliRunner().invoke(main, ["train", "--help"]).output.split())
     assert help_text.count("pip install 'tuner[ray]'") == 2
+
+
+@pytest.mark.parametrize("cluster, needles", [
+    ({"address": "yarn"}, ["x: [cluster] address", "'local', 'auto' or 'ray://HOST:PORT'",
+                           "'yarn'"]),
+    ({"address": "ray://"}, ["[cluster] address", "'ray://'"]),
+    ({"workers": -1}, ["x: [cluster] workers", "-1"]),
+    ({"workers": "2"}, ["[cluster] workers", "must be an integer"]),
+])
+def test_cluster_keys_are_checked(cluster, needles):
+    with pytest.raises(ConfigError) as e:
+        validate({"data": {"train": ["tiny"]}, "cluster": cluster}, "x")
+    assert all(n in str(e.value) for n in needles), str(e.value)
+
+
+def test_cluster_keys_may_change_on_resume():
+    plain = validate({"data": {"train": ["tiny"]}}, "x")
+    on_ray = validate({"data": {"train": ["tiny"]}, "cluster": {"address": "auto",
+                                                                "workers": 3}}, "x")
+    assert plain["cluster"] == {"address": "local", "workers": 0}
+    assert on_ray.digest() == plain.digest()
