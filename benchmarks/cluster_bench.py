@@ -5,9 +5,9 @@ Writes the shipped sample tiled to --positions rows as Parquet, then trains the 
 2 threads, and with ``[cluster] workers = 2`` and 1 thread each on a local Ray. Prints the
 seconds per epoch (the median of the epochs but the first and the last), the cluster's overhead,
 and for the cluster the bytes a batch's round trip moves and the milliseconds of a round trip
-that computes nothing (the parameters and the batch's rows sent to each worker, an empty result
-back), and the parameters (for the projection in docs/cluster.md: gradient bytes = parameters x
-16). Checks that both runs end with bitwise the same parameters.
+that computes nothing (the parameters sent to each worker, no rows, an empty result back), and
+the parameters (for the projection in docs/cluster.md: gradient bytes = parameters x 16). Checks
+that both runs end with bitwise the same parameters.
 
     .venv/bin/python benchmarks/cluster_bench.py [--positions N] [--batch B] [--epochs E]
 """
@@ -46,14 +46,13 @@ class RoundTrips(Observer):
     def epoch_end(self):
         if self.epoch != self.epochs or not hasattr(self.run.workers, "actors"):
             return
-        theta = self.run.theta
-        order = np.arange(self.batch, dtype=np.int64)
-        none = np.zeros(0, np.int64)
+        theta, none = self.run.theta, np.zeros(0, np.int64)
         times = []
         for _ in range(ROUND_TRIPS):
             t0 = time.perf_counter()
-            t_ref, o_ref = ray.put(theta), ray.put(order)
-            ray.get([a.compute.remote(t_ref, o_ref, True, none) for a in self.run.workers.actors])
+            t_ref = ray.put(theta)
+            ray.get([a.compute.remote(t_ref, none, self.batch, True)
+                     for a in self.run.workers.actors])
             times.append(time.perf_counter() - t0)
         self.ms = 1000 * statistics.median(times)
 
@@ -97,7 +96,7 @@ def main() -> None:
     n_theta = len(theta_local)
     n_batches = math.ceil(a.positions / a.batch)
     chunks = math.ceil(a.batch / MICRO)
-    sent = 2 * (8 * n_theta + 8 * a.batch)             # parameters and rows, to each worker
+    sent = 2 * 8 * n_theta + 8 * a.batch               # parameters to each worker, its rows
     back = chunks * (8 * n_theta + 8)                   # every chunk's gradient and loss
     print(f"positions {a.positions:,}  batch {a.batch:,}  micro {MICRO}  batches/epoch "
           f"{n_batches}  parameters (flat) {n_theta:,}")

@@ -1,16 +1,16 @@
 """Data-parallel epochs on Ray: the micro-batch gradients of every batch computed by Ray actors.
 
-A cluster run (``[cluster] workers = N``, or ``tuner train --workers N``) has N *workers*, each a
-Ray actor (`Share`) that reads the data from ``[data] train`` itself (paths every node reaches:
-a shared filesystem, or any URI pyarrow's filesystems open), records its store once (or loads it
-from ``[training] store_cache``) and then, for every batch, computes the gradients of the
-micro-batches it is given. The driver (`ClusterWorkers`, a `tuner.train.workers.Workers` whose
-`_compute` is the actors') sends each batch's rows (their indexes, 8 bytes each: positions never
-travel) and the parameters, receives the micro-batch gradients, and adds them **in micro-batch
-order** with the same compensated sum as a run on one machine: which worker computed which
-micro-batch never changes a bit, so any number of workers gives bitwise the same parameters.
-Everything else (optimiser step, checkpoints, validation, logs, progress, outputs) stays on the
-driver, in `tuner.train.loop`.
+A cluster run (``[cluster] workers = N``, or ``tuner train --workers N``) has N *workers*, each
+a Ray actor (`Share`) that reads the data from ``[data] train`` itself (paths every node
+reaches: a shared filesystem, or any URI pyarrow's filesystems open), records its store once (or
+loads it from ``[training] store_cache``) and then, for every batch, computes the gradients of
+the micro-batches it is given. The driver (`ClusterWorkers`, a `tuner.train.workers.Workers`
+whose `_compute` is the actors') sends each worker the rows of its micro-batches (their indexes,
+8 bytes each: positions never travel) and the parameters, receives the micro-batch gradients,
+and adds them **in micro-batch order** with the same compensated sum as a run on one machine:
+which worker computed which micro-batch never changes a bit, so any number of workers gives
+bitwise the same parameters. Everything else (optimiser step, checkpoints, validation, logs,
+progress, outputs) stays on the driver, in `tuner.train.loop`.
 
 **Which rows a worker holds.** A batch is a shuffled draw from every training row, taken in
 store order and cut into micro-batches of consecutive rows of that order, so a micro-batch's
@@ -87,17 +87,17 @@ class Share:
         """The worker's process id, once its store is recorded."""
         return os.getpid()
 
-    def compute(self, theta: np.ndarray, order: np.ndarray, with_grad: bool,
-                chunks: np.ndarray):
-        """The loss sums and (if `with_grad`) gradients of the micro-batches `chunks` of the
-        batch of rows `order` (in store order) at the flat parameters `theta`."""
+    def compute(self, theta: np.ndarray, rows: np.ndarray, n: int, with_grad: bool):
+        """The loss sums and (if `with_grad`) gradients of the micro-batches whose rows,
+        one after another, are `rows` (every one `micro` rows but a last shorter one), of a
+        batch of `n` positions, at the flat parameters `theta`."""
         w = self.workers
-        # writable copies: the types the kernels are compiled for
-        theta, order, chunks = np.array(theta), np.array(order), np.array(chunks, np.int64)
-        sse = np.zeros(math.ceil(len(order) / w.micro))
-        batch = Batch(order, w.micro, 1.0 / len(order), with_grad, w.chunk_grads, sse)
+        theta, rows = np.array(theta), np.array(rows)  # writable: the kernels' own types
+        chunks = np.arange(math.ceil(len(rows) / w.micro))
+        sse = np.zeros(len(chunks))
+        batch = Batch(rows, w.micro, 1.0 / n, with_grad, w.chunk_grads, sse)
         w.compute_chunks(split_params(theta, w.source.n_pairs), batch, chunks)
-        return sse[chunks], (w.chunk_grads[chunks] if with_grad else None)
+        return sse, (w.chunk_grads[: len(chunks)] if with_grad else None)
 
 
 class ClusterWorkers(Workers):
@@ -136,11 +136,12 @@ class ClusterWorkers(Workers):
     def _compute(self, theta: np.ndarray, batch: Batch, n_chunks: int) -> None:
         """Micro-batch c by worker ``c % n_workers``; the results into ``batch.sse`` and
         ``batch.chunk_grads``."""
-        n = len(self.actors)
+        n, m = len(self.actors), batch.micro
         shares = [np.arange(w, n_chunks, n) for w in range(min(n, n_chunks))]
-        theta_ref, order_ref = ray.put(theta), ray.put(batch.order)
-        calls = [self.actors[w].compute.remote(theta_ref, order_ref, batch.with_grad, chunks)
-                 for w, chunks in enumerate(shares)]
+        theta_ref = ray.put(theta)
+        calls = [self.actors[w].compute.remote(
+            theta_ref, np.concatenate([batch.order[c * m:(c + 1) * m] for c in chunks]),
+            len(batch.order), batch.with_grad) for w, chunks in enumerate(shares)]
         for chunks, (sse, grads) in zip(shares, self._get(calls)):
             batch.sse[chunks] = sse
             if grads is not None:
