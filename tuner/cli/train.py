@@ -10,7 +10,7 @@ import click
 
 from tuner.errors import ConfigError
 from tuner.interrupt import exit_status, sigterm_as_interrupt
-from tuner.train.config import MAX_EPOCHS, MAX_THREADS
+from tuner.train.config import MAX_EPOCHS, MAX_THREADS, MAX_WORKERS, RAY_MISSING
 
 from .errors import TrainingCommand
 
@@ -30,8 +30,16 @@ from .errors import TrainingCommand
 @click.option("--resume", type=click.Path(file_okay=False, exists=True),
               help="Continue the run in this directory from its last checkpoint; the result "
                    "is identical to an uninterrupted run.")
+@click.option("--cluster", "cluster", metavar="ADDRESS",
+              help="Ray for --workers (overrides [cluster] address): 'local' (a Ray on this "
+                   "machine), 'auto' (the cluster of `ray start`) or 'ray://HOST:PORT'. "
+                   f"{RAY_MISSING}.")
+@click.option("--workers", type=click.IntRange(min=0, max=MAX_WORKERS),
+              help="Ray actors computing the batches, each with --threads threads (overrides "
+                   "[cluster] workers; 0: this machine only). The result is bitwise identical "
+                   f"for any value. {RAY_MISSING}.")
 @click.option("--help-config", is_flag=True, help="Print every configuration key and exit.")
-def train_cmd(config_name, epochs, threads, out, resume, help_config):
+def train_cmd(config_name, epochs, threads, out, resume, cluster, workers, help_config):
     """Tune an evaluation's parameters on labelled positions.
 
     Writes, in the output directory: train.log (one line per epoch), checkpoint.npz (after every
@@ -54,6 +62,7 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
         click.echo(f"Shipped configurations (--config NAME; `tuner configs` lists them): "
                    f"{', '.join(shipped_configs())}")
         return
+    _check_cluster(cluster, workers)
     try:
         with sigterm_as_interrupt():
             config_path = None if config_name is None else find_config(config_name)
@@ -68,6 +77,7 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
                 return
             run = start_run(config_path, out, resume, epochs, threads, log=click.echo,
                             observer=TerminalObserver())
+            run.use_cluster(cluster, workers)
             run.log(f"output: {run.out}")
             with compile_errors(run.evaluation.name):
                 run.run()
@@ -78,6 +88,16 @@ def train_cmd(config_name, epochs, threads, out, resume, help_config):
     best = (f"; best epoch ({run.best_epoch}) in {run.out / 'best.json'} and .hpp"
             if run.best_epoch else "")
     click.echo(f"done: last parameters in {run.out / 'params.json'} and .hpp{best}")
+
+
+def _check_cluster(address: str | None, workers: int | None) -> None:
+    """--cluster and --workers refused (one line) before anything is made: an address that is
+    not one, or either without Ray installed."""
+    from tuner.train.config import check_address, require_ray
+    if address is not None and check_address(address):
+        raise ConfigError(f"--cluster: {check_address(address)}, got {address!r}")
+    if address is not None or workers:
+        require_ray("--cluster" if address is not None else f"--workers {workers}")
 
 
 def _cross_validation(config_path, resume) -> bool:

@@ -42,6 +42,11 @@ MAX_STORES = 1_000            # stores a store cache keeps (0: no limit)
 MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are 64-bit
 #: Largest magnitude of a learning rate, weight decay or initial parameter.
 MAX_MAGNITUDE = 1e9
+MAX_WORKERS = 4096             # Ray actors of a cluster run
+#: The one line that says how to get Ray (clusters and sweeps need it; nothing else does).
+RAY_MISSING = "Ray is not installed; install it with: pip install 'tuner[ray]'"
+#: The fixed values of ``[cluster] address`` (or a Ray client address "ray://HOST:PORT").
+CLUSTER_ADDRESSES = ("local", "auto")
 
 
 def _between(lo, hi, *, lo_open: bool = False, hi_open: bool = False):
@@ -73,6 +78,21 @@ def _k_value(x):
     if isinstance(x, str):
         return None if x == "fit" else "must be a number or \"fit\""
     return _between(K_MIN, K_MAX)(x)
+
+
+def check_address(x: str) -> str | None:
+    """The error of a Ray address that is neither one of `CLUSTER_ADDRESSES` nor ray://...;
+    None if it is fine."""
+    ok = x in CLUSTER_ADDRESSES or (x.startswith("ray://") and len(x) > len("ray://"))
+    return None if ok else "must be 'local', 'auto' or 'ray://HOST:PORT'"
+
+
+def require_ray(where: str) -> None:
+    """A `ConfigError` at `where` saying how to install Ray, if it is not importable."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{where}: {RAY_MISSING}") from None
 
 
 def _at_least_one(x):
@@ -260,6 +280,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     "Both give bitwise identical results.",
                     _one_of("replay", "eager")),
     },
+    "cluster": {
+        "address": Key((str,), "local", "Where the workers of a cluster run are: 'local' a Ray "
+                       "started on this machine; 'auto' the Ray cluster this machine is part of "
+                       "(`ray start`); 'ray://HOST:PORT' a Ray client address. Used when "
+                       f"``workers`` >= 1. Ray is optional: {RAY_MISSING}.", check_address),
+        "workers": Key((int,), 0, "Ray actors that compute the batches' gradients, each from "
+                       "its own copy of the data read from ``[data] train`` (paths every node "
+                       "reaches); [training] threads is the threads of each. 0: train on this "
+                       f"machine only (at most {MAX_WORKERS:,}). Results do not depend on it.",
+                       _between(0, MAX_WORKERS)),
+    },
 }
 
 SEGMENT_KEYS = {"epochs": (int,), "lr_start": NUM, "lr_end": NUM}
@@ -267,7 +298,7 @@ STAGE_KEYS = {"from_epoch": (int,), "train": (list,), "exclude": (list,)}
 #: Keys that may differ between a run and its resumption (they do not change the result).
 RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mode"),
                ("training", "store_cache"), ("training", "store_cache_keep"),
-               ("training", "patience")}
+               ("training", "patience"), ("cluster", "address"), ("cluster", "workers")}
 
 
 def _type_name(types: tuple) -> str:
@@ -310,6 +341,7 @@ class Config:
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)
+        v = {section: keys for section, keys in v.items() if keys}  # [cluster]: all free
         return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
 
 

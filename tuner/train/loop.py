@@ -45,7 +45,7 @@ from tuner.compiling import watch_compilation
 from tuner.evals import get_evaluation
 from tuner.fileio import WriteError, atomic_write, remove_stale_temps
 from .checkpoint import HISTORY_FIELDS, CheckpointError, Expect, TrainState, load_state, save_state
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, load_config, require_ray
 from .errors import TrainingError
 from .heldout import default_theta, integer_evals
 from .optimizer import Optimizer
@@ -139,6 +139,12 @@ class Run:
         self.outputs = Outputs(out_dir, self.evaluation, log)
         self.stores = StoreCache(cfg, self.evaluation, self.log) if tr["store_cache"] else None
         self.optimizer = Optimizer(cfg["optimizer"])
+        #: ``[cluster]`` (address, workers): workers >= 1 computes the batches on Ray actors.
+        self.cluster = (cfg["cluster"]["address"], cfg["cluster"]["workers"])
+        if self.cluster[1]:
+            require_ray(f"{cfg.path or 'config'}: [cluster] workers = {self.cluster[1]}")
+        #: The batch gradient's workers while the epochs run (`Workers` or `ClusterWorkers`).
+        self.workers: Workers | None = None
         self.lock = RunLock(self.out)
         self.discard_on_failure = False  # a new run: undo its start if no epoch completes
         self.created_dir = False
@@ -238,8 +244,10 @@ class Run:
         before = compiling.seconds
         with watch_compilation(self.observer.compile_start, compiling):
             source = ready.source(self.evaluation, prep.loss)
-            workers = Workers(source, self.n_threads, min(tr["micro_batch_size"],
-                              tr["batch_size"]), min(tr["batch_size"], max(1, len(data.train))))
+            workers = self.workers = self.make_workers(source, min(tr["micro_batch_size"],
+                                                       tr["batch_size"]),
+                                                       min(tr["batch_size"],
+                                                           max(1, len(data.train))))
         if source.specialised:
             spent = compiling.seconds - before
             self.log(f"replay: a player specialised for the store's {len(ready.store.t_temps)} "
@@ -276,6 +284,22 @@ class Run:
             with watch_compilation(self.observer.compile_start, compiling):
                 self.report_heldout(data)
         return self.history
+
+    def use_cluster(self, address: str | None, workers: int | None) -> None:
+        """``--cluster ADDRESS --workers N``: what is given replaces ``[cluster]``'s value."""
+        self.cluster = (self.cluster[0] if address is None else address,
+                        self.cluster[1] if workers is None else workers)
+
+    def make_workers(self, source, micro: int, max_batch: int) -> Workers:
+        """The batch gradient's workers: threads of this process, or with ``[cluster] workers``
+        Ray actors (`tuner.train.cluster`), each with `n_threads` threads."""
+        address, n_workers = self.cluster
+        if not n_workers:
+            return Workers(source, self.n_threads, micro, max_batch)
+        from .cluster import ClusterWorkers, ShareSpec
+        spec = ShareSpec(self.cfg.values, None if self.cfg.path is None else str(self.cfg.path),
+                         self.k, self.state.theta0, self.n_threads, micro, max_batch)
+        return ClusterWorkers(source, spec, address, n_workers, self.log)
 
     def run_epoch(self, data: Data, workers: Workers) -> dict:
         """One epoch of batches of `data`'s training positions (shuffled), then the validation

@@ -43,8 +43,8 @@ from typing import Callable
 import numpy as np
 
 from tuner.fileio import WriteError, atomic_write, read_json
-from .config import NUM, SCHEMA, ConfigError, Key, _a, _between, _check_type, _one_of, \
-    _type_name, load_config
+from .config import NUM, RAY_MISSING, SCHEMA, ConfigError, Key, _a, _between, _check_type, \
+    _one_of, _type_name, load_config
 from .loop import CHECKPOINT, TrainingError, find_data, start_run
 from .progress import Observer
 from .rundir import RunBusyError, RunLock
@@ -62,8 +62,6 @@ STORE = "store"
 MAX_TRIALS = 10_000
 #: Most CPUs a trial may reserve on a cluster.
 MAX_CPUS = 1024
-#: The one line that says how to get Ray.
-RAY_MISSING = "Ray is not installed; install it with: pip install 'tuner[ray]'"
 #: The sections a sweep may not vary: a cross-validation is not a trial.
 NOT_SWEPT = ("validation",)
 #: The table's columns after the trial's name and its swept keys.

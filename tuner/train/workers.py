@@ -9,7 +9,8 @@ batch's ``sse[c]`` and ``chunk_grads[c]``: `ReplaySource` plays them from a froz
 same bits). `Workers` runs one source on a pool of threads, chunk c on thread ``c % threads``,
 and `reduce_chunks` adds the chunk gradients in chunk order. Which worker computed which chunk
 therefore never changes a bit of the result, and another kind of worker (another process,
-another machine) that fills the same chunks plugs in at `Workers._compute`.
+another machine) that fills the same chunks plugs in at `Workers._compute`: Ray actors do, in
+`tuner.train.cluster`.
 
 Every worker owns its scratch (`Source.scratch`: eager, a tape and the evaluation's scratch;
 replay, a small arena for the player); the compiled chunk kernels release the GIL, so the
@@ -206,7 +207,7 @@ class Workers:
         if with_grad and n_chunks > self.max_chunks:
             raise ValueError("batch larger than the workers were sized for")
         batch = Batch(order, self.micro, 1.0 / n, with_grad, self.chunk_grads, np.zeros(n_chunks))
-        self._compute(split_params(theta, self.source.n_pairs), batch, n_chunks)
+        self._compute(theta, batch, n_chunks)
         total = math.fsum(batch.sse)
         if not with_grad:
             return total, None
@@ -219,11 +220,18 @@ class Workers:
         self._each_thread(reduce)
         return total, self.grad
 
-    def _compute(self, theta_views, batch: Batch, n_chunks: int) -> None:
-        """Every chunk of `batch` into its ``sse[c]`` and ``chunk_grads[c]``: chunk c by worker
-        ``c % n_threads``."""
+    def _compute(self, theta: np.ndarray, batch: Batch, n_chunks: int) -> None:
+        """Every chunk of `batch` at the flat parameters `theta` into its ``sse[c]`` and
+        ``chunk_grads[c]`` (`tuner.train.cluster.ClusterWorkers` computes them on Ray actors)."""
+        self.compute_chunks(split_params(theta, self.source.n_pairs), batch,
+                            np.arange(n_chunks))
+
+    def compute_chunks(self, theta_views, batch: Batch, chunks: np.ndarray) -> None:
+        """The chunks `chunks` of `batch` at the parameters `theta_views` (pairs, values) into
+        their ``sse[c]`` and ``chunk_grads[c]``: ``chunks[i]`` by worker ``i % n_threads``."""
         self._each_thread(lambda w: self.source.compute(
-            self.scratch[w], theta_views, batch, np.arange(w, n_chunks, self.n_threads)))
+            self.scratch[w], theta_views, batch,
+            np.ascontiguousarray(chunks[w::self.n_threads], dtype=np.int64)))
 
     def _each_thread(self, fn) -> None:
         """fn(w) for every worker w, in parallel; exceptions propagate."""
