@@ -3,11 +3,14 @@ it shuffled per epoch) and ``batch_size = "all"`` (one full-batch step per epoch
 bitwise determinism, eager equals replay, resume, and the rows each batch reads."""
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
 
 from test_train_determinism import _assert_same_run, _checkpoint
-from tuner.train.config import ConfigError, validate
+from tuner.train.config import RESUME_FREE, ConfigError, validate
 from tuner.train.loop import Run, start_run
 from tuner.train.stream import epoch_order, in_record_order
 from tuner.train.workers import Workers
@@ -17,6 +20,7 @@ MODES = {"blocks": (512, "blocks", 64), "all": ("all", "positions", 64),
          "all-blocks": ("all", "blocks", 64)}
 #: Positions of `tiny` (training and validation).
 TINY_ROWS = 4000
+RESUME_FREE_TRAINING = [key for section, key in RESUME_FREE if section == "training"]
 EXACT = ("epoch", "train_loss", "val_loss", "lr")
 
 
@@ -160,3 +164,22 @@ def test_bad_values_name_the_key_and_value(key, value, message):
         validate({"data": {"train": ["tiny"]}, "training": {key: value}}, "run.toml")
     assert f"[training] {key}" in str(e.value) and message in str(e.value)
     assert repr(value) in str(e.value) or str(value) in str(e.value)
+
+
+def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
+    """A run started before the shuffle keys existed resumes: under the position shuffle they
+    are not in the digest; under blocks both are."""
+    base = {"data": {"train": ["tiny"]}}
+    plain = validate(base, "run.toml")
+    older = json.loads(json.dumps(plain.values))
+    for key in ("shuffle", "shuffle_block"):
+        del older["training"][key]
+    for key in RESUME_FREE_TRAINING:
+        older["training"].pop(key, None)
+    want = hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()[:16]
+    assert plain.digest() == want
+    assert validate({**base, "training": {"shuffle_block": 7}}, "x").digest() == want
+    blocks = validate({**base, "training": {"shuffle": "blocks"}}, "x").digest()
+    assert blocks != want
+    assert validate({**base, "training": {"shuffle": "blocks", "shuffle_block": 7}},
+                    "x").digest() != blocks

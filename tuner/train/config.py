@@ -79,6 +79,9 @@ def _k_value(x):
 FULL_BATCH = "all"
 #: ``[training] shuffle``'s modes (see its help).
 SHUFFLES = ("positions", "blocks")
+#: The ``[training]`` keys of the block shuffle (`Config.digest` leaves them out under the
+#: position shuffle, which they do not change).
+SHUFFLE_KEYS = ("shuffle", "shuffle_block")
 #: Default ``[training] shuffle_block``: a default batch (262,144) is then 256 contiguous runs,
 #: each long enough (hundreds of kilobytes of store) for the memory system to stream, while an
 #: epoch of the shipped sample still has hundreds of blocks to shuffle.
@@ -341,6 +344,9 @@ class Config:
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)
+        if v["training"]["shuffle"] == SHUFFLES[0]:  # the position shuffle, as before the keys
+            for key in SHUFFLE_KEYS:  # were added: left out, so that such runs still resume
+                v["training"].pop(key)
         return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -13,7 +13,8 @@
 3. Otherwise (eager epochs, ``[training] shuffle = "blocks"``, or data given to the run) every
    position is in memory: K is fitted if need be, the kernels warmed, the positions put in a
    blocks run's recording order (`tuner.train.stream.in_record_order`), the targets made
-   (`tuner.train.targets.blend_targets`) and, for replay epochs, the store recorded once (or loaded from the cache).
+   (`tuner.train.targets.blend_targets`) and, for replay epochs, the store recorded once (or
+   loaded from the cache).
 
 It returns what the epochs need (`Prepared`); it calls the layers below and nothing of the loop.
 """
