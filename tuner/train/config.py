@@ -95,6 +95,25 @@ def require_ray(where: str) -> None:
         raise ConfigError(f"{where}: {RAY_MISSING}") from None
 
 
+#: ``[training] batch_size`` of the full-batch mode: one step per epoch over every position.
+FULL_BATCH = "all"
+#: ``[training] shuffle``'s modes (see its help).
+SHUFFLES = ("positions", "blocks")
+#: The ``[training]`` keys of the block shuffle (`Config.digest` leaves them out under the
+#: position shuffle, which they do not change).
+SHUFFLE_KEYS = ("shuffle", "shuffle_block")
+#: Default ``[training] shuffle_block``: a default batch (262,144) is then 256 contiguous runs,
+#: each long enough (hundreds of kilobytes of store) for the memory system to stream, while an
+#: epoch of the shipped sample still has hundreds of blocks to shuffle.
+DEFAULT_SHUFFLE_BLOCK = 1024
+
+
+def _batch_size(x):
+    if isinstance(x, str):
+        return None if x == FULL_BATCH else f"must be an integer or \"{FULL_BATCH}\""
+    return _between(1, MAX_BATCH)(x)
+
+
 def _at_least_one(x):
     return None if x >= 1 else "must be >= 1"
 
@@ -248,14 +267,29 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "training": {
         "epochs": Key((int,), 10, f"Number of epochs (at most {MAX_EPOCHS:,}).", _epochs),
-        "batch_size": Key((int,), 262_144, f"Positions per optimiser step (at most "
-                          f"{MAX_BATCH:,}).", _between(1, MAX_BATCH)),
+        "batch_size": Key((int, str), 262_144, f"Positions per optimiser step (at most "
+                          f"{MAX_BATCH:,}), or \"{FULL_BATCH}\": one step per epoch over every "
+                          "training position in store order (full batch, what texel-tuner "
+                          "does; no shuffle).", _batch_size),
         "micro_batch_size": Key((int,), 1024, "Positions recorded on a tape at once; also the "
                                 f"unit of the deterministic gradient reduction (at most "
                                 f"{MAX_MICRO_BATCH:,}).", _between(1, MAX_MICRO_BATCH)),
         "threads": Key((int,), 0, f"Worker threads (0 = all cores; at most {MAX_THREADS}). "
                        "Results do not depend on it.", _between(0, MAX_THREADS)),
-        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle (>= 0).", _seed),
+        "shuffle_seed": Key((int,), 0, "Seed of the per-epoch shuffle (>= 0); with shuffle = "
+                            "\"blocks\", also of the store's recording order.", _seed),
+        "shuffle": Key((str,), "positions",
+                       "What an epoch shuffles: 'positions' (every position anew: a batch reads "
+                       "scattered rows of the store) or 'blocks': the training positions are "
+                       "recorded once in a random order drawn from shuffle_seed, and each epoch "
+                       "shuffles blocks of shuffle_block consecutive ones, so that a block is a "
+                       "random sample yet contiguous in the store and a batch is read as "
+                       "batch_size / shuffle_block contiguous runs (such a run holds its "
+                       "positions in memory while recording; not for trace evaluations).",
+                       _one_of(*SHUFFLES)),
+        "shuffle_block": Key((int,), DEFAULT_SHUFFLE_BLOCK,
+                             f"Positions per block of shuffle = \"blocks\" (at most "
+                             f"{MAX_BATCH:,}).", _between(1, MAX_BATCH)),
         "patience": Key((int,), 0,
                         "Early stopping: stop once the validation loss has not improved on its "
                         "best for this many epochs (0: run every epoch). The best epoch's "
@@ -341,9 +375,11 @@ class Config:
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)
+        if v["training"]["shuffle"] == SHUFFLES[0]:  # the position shuffle, as before the keys
+            for key in SHUFFLE_KEYS:  # were added: left out, so that such runs still resume
+                v["training"].pop(key)
         v = {section: keys for section, keys in v.items() if keys}  # [cluster]: all free
         return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
-
 
     def with_values(self, changes: dict) -> "Config":
         """This configuration with ``changes[section][key]`` set (validated again; the same

@@ -57,7 +57,7 @@ from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, claim_new_di
                      discard_new_run, read_meta, write_meta)
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .storecache import StoreCache
-from .stream import Data, find_data, load_data
+from .stream import Data, batch_positions, epoch_order, find_data, load_data
 from .targets import mse_at
 from tuner.tape.player import FreezeError
 from .workers import Workers, resolve_threads, split_params
@@ -129,6 +129,10 @@ class Run:
         if self.evaluation.trace is not None and tr["mode"] == "eager":
             raise ConfigError(f"{cfg.path or 'config'}: [training] mode = \"eager\": the trace "
                               f"evaluation {self.evaluation.name!r} trains in replay mode")
+        if self.evaluation.trace is not None and tr["shuffle"] == "blocks":
+            raise ConfigError(f"{cfg.path or 'config'}: [training] shuffle = \"blocks\": the "
+                              f"trace evaluation {self.evaluation.name!r} streams its data; use "
+                              f"shuffle = \"positions\"")
         try:
             check_patterns(self.registry, cfg["freeze"]["stages"])
         except ValueError as e:
@@ -244,10 +248,9 @@ class Run:
         before = compiling.seconds
         with watch_compilation(self.observer.compile_start, compiling):
             source = ready.source(self.evaluation, prep.loss)
-            workers = self.workers = self.make_workers(source, min(tr["micro_batch_size"],
-                                                       tr["batch_size"]),
-                                                       min(tr["batch_size"],
-                                                           max(1, len(data.train))))
+            bs = batch_positions(tr, len(data.train))
+            workers = self.workers = self.make_workers(source, min(tr["micro_batch_size"], bs),
+                                                       min(bs, max(1, len(data.train))))
         if source.specialised:
             spent = compiling.seconds - before
             self.log(f"replay: a player specialised for the store's {len(ready.store.t_temps)} "
@@ -302,13 +305,14 @@ class Run:
         return ClusterWorkers(source, spec, address, n_workers, self.log)
 
     def run_epoch(self, data: Data, workers: Workers) -> dict:
-        """One epoch of batches of `data`'s training positions (shuffled), then the validation
+        """One epoch of batches of `data`'s training positions (`epoch_order`), then the validation
         loss; the epoch's `HISTORY_FIELDS`."""
-        s, e, bs = self.state, self.state.epoch, self.cfg["training"]["batch_size"]
+        tr = self.cfg["training"]
+        s, e, bs = self.state, self.state.epoch, batch_positions(tr, len(data.train))
         lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
         mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
         pull = Pull(self.cfg["optimizer"]["pull"], s.theta0)
-        order = data.train[s.rng.permutation(len(data.train))]
+        order = epoch_order(data.train, s.rng, tr)
         t0 = time.perf_counter()
         sse_total = []
         shown = 0.0

@@ -10,9 +10,11 @@
    there by the digest of what was read (`tuner.train.storecache`); with ``[loss] k = "fit"``
    K is fitted after the first pass (to the fit sample of the training games, read again) and
    the kernels warmed, then the store recorded in a second pass.
-3. Otherwise (eager epochs, or data given to the run) every position is in memory: K is fitted
-   if need be, the kernels warmed, the targets made (`tuner.train.targets.blend_targets`) and,
-   for replay epochs, the store recorded once (or loaded from the cache).
+3. Otherwise (eager epochs, ``[training] shuffle = "blocks"``, or data given to the run) every
+   position is in memory: K is fitted if need be, the kernels warmed, the positions put in a
+   blocks run's recording order (`tuner.train.stream.in_record_order`), the targets made
+   (`tuner.train.targets.blend_targets`) and, for replay epochs, the store recorded once (or
+   loaded from the cache).
 
 It returns what the epochs need (`Prepared`); it calls the layers below and nothing of the loop.
 """
@@ -34,7 +36,7 @@ from .optimizer import Optimizer
 from .progress import Observer
 from .record import StoreRecorder, record_store
 from .storecache import StoreCache
-from .stream import Data, DataDigest, DataStream, load_data
+from .stream import Data, DataDigest, DataStream, in_record_order, load_data
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, mse_at
 from .warmup import warm_positions, warm_up
 from .workers import EagerSource, ReplaySource, split_params
@@ -83,7 +85,8 @@ class Preparation:
         configuration's, loaded here."""
         with watch_compilation(self.observer.compile_start, self.compiling):
             warm_positions()
-        streamed = data is None and not self.eager
+        blocks = self.cfg["training"]["shuffle"] == "blocks"  # recorded in a random order
+        streamed = data is None and not self.eager and not blocks
         if streamed and self.k is not None:  # warmed first: the load's time is the data's own
             self.warm(None)
         store = None
@@ -99,6 +102,8 @@ class Preparation:
         if store is not None:
             return Prepared(data, self.k, store, None)
         self.warm(data.fit_sample)
+        if blocks:  # after the K fit: the same sample of positions in every mode
+            data = in_record_order(data, self.cfg["training"]["shuffle_seed"])
         targets = self.targets(data.results, data.score_cp)
         return Prepared(data, self.k, None if self.eager else self.replay_store(data, targets),
                         targets)

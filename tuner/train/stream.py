@@ -22,11 +22,19 @@ batches (`tuner.data.loader.DatasetReader`: the same checks, bad-row reports and
 4. `DataStream.data`: the split, with the validation positions read again (only those rows
    parsed).
 
+``[training] shuffle = "blocks"`` records the store once in a seeded random order
+(`in_record_order`: the training positions permuted by the shuffle seed, then the validation
+positions), so that consecutive rows are a random sample and an epoch shuffles blocks of
+``shuffle_block`` consecutive rows (`epoch_order`): a batch is then read as a few hundred
+contiguous runs of the store instead of scattered rows. Such a run holds its positions in memory
+while it records them (`load_data`), as an eager run does.
+
 A second pass over a file checks that it still has the same valid rows (DatasetError if not).
 """
 from __future__ import annotations
 
 import hashlib
+import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
@@ -37,11 +45,15 @@ import pyarrow as pa
 from tuner.data import load_dataset
 from tuner.data.loader import DatasetReader
 from tuner.data.registry import Resolved, resolve
-from tuner.data.trace import concat_positions, position_arrays
-from .config import Config
+from tuner.data.trace import concat_positions, position_arrays, take_positions
+from .config import FULL_BATCH, Config
 from .errors import TrainingError
 from .split import Split, fold_of, group_ids, split_by_group
 from .targets import fit_sample
+
+#: The spawn key of the random stream that orders a blocks run's store (`in_record_order`):
+#: apart from the per-epoch shuffle's, which the seed alone starts.
+RECORD_ORDER_STREAM = 1
 
 #: What the batches of a pass go to: ``sink(positions, results, score_cp)``.
 Sink = Callable[[object, np.ndarray, "np.ndarray | None"], None]
@@ -258,3 +270,39 @@ class DataStream:
         return Data(None, self.results, split.train, split.val,
                     [r.source for r in self.readers], None, split.train_games, split.val_games,
                     self.positions(split.val))
+
+
+def in_record_order(data: Data, shuffle_seed: int) -> Data:
+    """`data` (in memory) reordered as a blocks run records its store: the training positions in
+    a random order drawn from `shuffle_seed` (rows ``0..len(train) - 1``), then the validation
+    positions in their order (the rows after); positions in neither are dropped."""
+    seq = np.random.SeedSequence(shuffle_seed, spawn_key=(RECORD_ORDER_STREAM,))
+    rows = np.concatenate([data.train[np.random.default_rng(seq).permutation(len(data.train))],
+                           data.val])
+    n_train = len(data.train)
+    return Data(take_positions(data.positions, rows), data.results[rows],
+                np.arange(n_train), np.arange(n_train, len(rows)), data.sources,
+                None if data.score_cp is None else data.score_cp[rows], data.train_games,
+                data.val_games)
+
+
+def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> np.ndarray:
+    """The order of an epoch's training positions `train` under the ``[training]`` settings
+    `training`, drawn from the run's shuffle `rng`: ``batch_size = "all"`` takes them as they are
+    (one step over every position in store order; `rng` is not drawn from), ``shuffle =
+    "positions"`` shuffles the positions, ``"blocks"`` shuffles the blocks of ``shuffle_block``
+    consecutive positions of `train` (the last block may be shorter)."""
+    if training["batch_size"] == FULL_BATCH:
+        return train
+    if training["shuffle"] == "positions":
+        return train[rng.permutation(len(train))]
+    size = training["shuffle_block"]
+    starts = rng.permutation(math.ceil(len(train) / size)) * size
+    return np.concatenate([train[lo: lo + size] for lo in starts]) if len(starts) else train
+
+
+def batch_positions(training: dict, n_train: int) -> int:
+    """Positions per optimiser step: ``[training] batch_size``, every training position for
+    ``"all"`` (at least 1)."""
+    bs = training["batch_size"]
+    return max(1, n_train) if bs == FULL_BATCH else bs
