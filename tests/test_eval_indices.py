@@ -26,6 +26,8 @@ N_VALUES, N_PAIRS = 2, 3
 #: How each recorder's arguments are named (tuner/tape/ops.py): value slots, pair slots, the
 #: start of an operand list; every other argument is a scalar.
 VALUE_ARGS, PAIR_ARGS, LIST_ARGS = {"a", "b", "v"}, {"p", "q"}, {"first"}
+#: A form number (`record_loss`'s loss): given a valid one, the mean squared error's.
+FORM_ARGS = {"loss": ops.LOSS_BY_NAME["mse"]}
 RECORDERS = sorted(n for n in dir(ops) if n.startswith("record_"))
 SLOT_ARGS = [(name, arg) for name in RECORDERS
              for arg in inspect.signature(getattr(ops, name).py_func).parameters
@@ -41,7 +43,8 @@ def _call(name: str, **given):
     """`name` on a fresh tape of N_VALUES value and N_PAIRS pair parameters: slot 0 for every
     slot argument not given, 0.5 for every scalar."""
     t = new_tape(N_VALUES, N_PAIRS, records=8)
-    args = [given.get(a, 0 if a in VALUE_ARGS | PAIR_ARGS | LIST_ARGS else 0.5)
+    args = [given.get(a, FORM_ARGS[a] if a in FORM_ARGS
+                      else 0 if a in VALUE_ARGS | PAIR_ARGS | LIST_ARGS else 0.5)
             for a in list(inspect.signature(getattr(ops, name).py_func).parameters)[1:]]
     getattr(ops, name)(t, *args)
     return t
@@ -53,7 +56,8 @@ def test_the_slot_arguments_are_known():
     scalars = {"s", "x", "k", "target", "alpha", "s_pos", "s_nonpos", "mg", "eg"}
     for name in RECORDERS:
         args = list(inspect.signature(getattr(ops, name).py_func).parameters)[1:]
-        assert set(args) <= VALUE_ARGS | PAIR_ARGS | LIST_ARGS | scalars, (name, args)
+        assert set(args) <= VALUE_ARGS | PAIR_ARGS | LIST_ARGS | set(FORM_ARGS) | scalars, \
+            (name, args)
     assert len(SLOT_ARGS) > 40
 
 
