@@ -17,9 +17,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/tuner train --config default
 
+# Two pytest-xdist workers (one per core), a test file per worker at a time (module fixtures
+# built once); the controller first compiles the shared kernels (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/ruff check tuner tests benchmarks examples
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The tape, the fixed `tuner bench` run, the roofline at 6.97 M positions and the scaling table
 # (benchmarks/scaling.md): about 15 minutes on 2 cores, up to 10 GB of memory.

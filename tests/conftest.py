@@ -4,10 +4,19 @@ changes).
 
 ``pytest --compile-times`` adds a report of the seconds each test spent in Numba compilations in
 this process (outermost ones, setup included; subprocesses not counted), slowest first, to find
-where a cold run's time goes (with ``--durations``)."""
+where a cold run's time goes (with ``--durations``).
+
+Under pytest-xdist (``make test``: ``-n 2``) the controller first compiles what most test files
+share (a one-epoch training run of the Clockwork evaluation on `tiny`, and its ``eval``) into the
+Numba cache, so that the workers load that machine code instead of each compiling it."""
 from __future__ import annotations
 
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from tuner.compiling import CompileWatch, watch_compilation
 from tuner.data import load_dataset
@@ -33,6 +42,37 @@ def pytest_runtest_protocol(item, nextitem):
     with watch_compilation(lambda: None) as watch:
         yield
     item.config.stash.setdefault(_COMPILE_TIMES, {})[item.nodeid] = watch
+
+
+#: The controller's warm-up under pytest-xdist: a run of the kernels most test files use.
+WARM_UP_CONFIG = """[data]
+train = ["tiny"]
+[evaluation]
+name = "clockwork"
+[training]
+epochs = 1
+threads = 2
+"""
+#: The position the warm-up evaluates (``tuner eval``: the evaluation's own entry point).
+WARM_UP_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+
+
+def pytest_sessionstart(session):
+    """Under pytest-xdist, in the controller before the workers start (xdist starts them in its
+    own, later hook): compile the shared kernels once (see the module's docstring). A failure
+    here is reported and left to the tests."""
+    config = session.config
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return
+    from tuner.cli import main  # only here: a plain run imports no command
+    with tempfile.TemporaryDirectory(prefix="tuner-warm-up-") as tmp:
+        (Path(tmp) / "warm-up.toml").write_text(WARM_UP_CONFIG)
+        for args in (["train", "--config", str(Path(tmp) / "warm-up.toml"), "--out",
+                      str(Path(tmp) / "run")], ["eval", WARM_UP_FEN]):
+            r = CliRunner().invoke(main, args)
+            if r.exit_code != 0:
+                sys.stderr.write(f"warm-up `tuner {args[0]}` failed ({r.exit_code}): "
+                                 f"{r.output[-2000:]}\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -35,14 +35,14 @@ import pytest
 
 import tuner
 from tuner import cachedir
+from tuner.tape import Graph
 from tuner.tape import specialise as sp
+from tuner.tape.player import freeze_tape
 from tuner.evals import get_evaluation
 from tuner.tape.player import Store
 from tuner.train.config import validate
 from tuner.train.loop import Run
 from tuner.train.record import record_store
-
-from test_tape_specialise import store_and_point  # noqa: F401 (a fixture)
 
 #: The package under test (copied by the tests that edit it).
 PACKAGE = Path(tuner.__file__).resolve().parent
@@ -64,11 +64,19 @@ def open_tmp():
     shutil.rmtree(path)
 
 
+@pytest.fixture(scope="module")
+def small_store():
+    """A store of one template (``2 * x``): little to compile, and any store's player is written
+    to the players' folder the same way."""
+    g = Graph(1, 0, records=16)
+    return freeze_tape(g.tape, (g.value_param(0) * 2.0).index)
+
+
 @pytest.fixture
-def player(store_and_point, monkeypatch):  # noqa: F811 (the fixture imported above)
+def player(small_store, monkeypatch):
     """(source, module name) of a player and a function that specialises it afresh (not the
     module imported already) with the players folder at the given path."""
-    store = store_and_point[0]
+    store = small_store
     source = sp.player_source(store)
     name = "tuner_player_" + hashlib.blake2b(source.encode(), digest_size=10).hexdigest()
 
