@@ -27,6 +27,7 @@ test: $(STAMP)
 # (benchmarks/scaling.md): about 15 minutes on 2 cores, up to 10 GB of memory.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tape_bench.py
+	$(BIN)/python benchmarks/kernel_bench.py
 	$(BIN)/tuner bench
 	$(BIN)/python benchmarks/roofline.py --repeat 2
 	$(BIN)/python benchmarks/scaling.py

@@ -30,7 +30,7 @@ from tuner.evals import get_evaluation
 from tuner.tape import Graph, Value, freeze, ops, play
 from tuner.tape.specialise import (MAX_TEMPLATES, NO_BLOCK, player_source, specialisable,
                                    specialise, template_summary)
-from tuner.train.kernels import replay_chunks
+from tuner.train.kernels import Batch, replay_chunks
 from tuner.train.record import record_store
 from tuner.train.workers import ReplaySource, Workers
 
@@ -160,8 +160,8 @@ def test_drivers_are_rebound_to_the_specialised_player(store_and_point, module):
     other = store._replace(tmpl=np.full_like(store.tmpl, len(store.t_temps)))
     one = np.zeros(1, np.int64)
     with pytest.raises(ValueError, match="unknown record tag"):
-        driver(other, fresh_arena(store, vparams, pparams), one, 1, one, 1.0, False,
-               np.zeros((1, 2)), np.zeros((1, 2 * N_PP + N_VP)), np.zeros(1))
+        batch = Batch(one, 1, 1.0, False, np.zeros((1, 2 * N_PP + N_VP)), np.zeros(1))
+        driver(other, fresh_arena(store, vparams, pparams), batch, one, np.zeros((1, 2)))
 
 
 def test_a_driver_that_does_not_call_play_is_refused(store_and_point, module):

@@ -58,6 +58,8 @@ import numpy as np
 from numba import njit
 from tuner.jit import JIT, INLINE
 
+from .pairs import pair_axpy, pair_dot
+
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
                         C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
                         E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT, OPERAND_LHS,
@@ -489,12 +491,15 @@ def _sum_bwd(vg, idx, o, first, n, coef_bits):
 
 @njit(**INLINE)
 def _lincomb_pair_fwd(pv, idx, coef, o, first, n, coef_bits):
-    mg = 0.0
-    eg = 0.0
-    for i in range(first, first + n):
-        j, c = operand(idx, coef, i, coef_bits)
-        mg += c * pv[j, 0]
-        eg += c * pv[j, 1]
+    if coef_bits:  # packed: both halves at once (`tuner.tape.pairs`, the same bits)
+        mg, eg = pair_dot(pv, idx, first, n, coef_bits)
+    else:
+        mg = 0.0
+        eg = 0.0
+        for i in range(first, first + n):
+            j, c = operand(idx, coef, i, coef_bits)
+            mg += c * pv[j, 0]
+            eg += c * pv[j, 1]
     pv[o, 0] = mg
     pv[o, 1] = eg
 
@@ -502,10 +507,13 @@ def _lincomb_pair_fwd(pv, idx, coef, o, first, n, coef_bits):
 @njit(**INLINE)
 def _lincomb_pair_bwd(pg, idx, coef, o, first, n, coef_bits):
     g0, g1 = pg[o, 0], pg[o, 1]
-    for i in range(first, first + n):
-        j, c = operand(idx, coef, i, coef_bits)
-        pg[j, 0] += c * g0
-        pg[j, 1] += c * g1
+    if coef_bits:
+        pair_axpy(pg, idx, first, n, coef_bits, g0, g1)
+    else:
+        for i in range(first, first + n):
+            j, c = operand(idx, coef, i, coef_bits)
+            pg[j, 0] += c * g0
+            pg[j, 1] += c * g1
 
 
 @njit(**INLINE)

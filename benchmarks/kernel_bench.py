@@ -1,0 +1,79 @@
+"""The replay kernel in cache: ns per term of the players on a store small enough to stay in
+cache (--positions, default 2048, of the shipped sample), played over and over in store order.
+
+A term is an operand or a record (`benchmarks.roofline.terms_per_position`). For each evaluation
+it prints the specialised player (`tuner.tape.specialise`, what the epochs use) and the
+interpreter (`tuner.tape.player.play`), each with gradients (forward and backward, what an epoch
+runs) and forward only (what a validation pass runs). Times are this thread's CPU time, the
+median of --repeat, so that other processes on a shared machine count less.
+
+    .venv/bin/python benchmarks/kernel_bench.py [--positions N] [--repeat R]
+                                                [--evaluations clockwork ...]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from tuner.evals import get_evaluation
+from tuner.tape.arena import new_arena, set_params
+from tuner.tape.player import arena_size, play
+from tuner.tape.specialise import specialise
+from tuner.train.bench import tiled_data
+from tuner.train.record import record_store
+
+from roofline import EVALUATIONS, terms_per_position
+
+#: Position replays per measurement (about a second of work).
+REPLAYS = 3_000_000
+PLAYERS = ("specialised", "interpreter")
+#: With gradients (what an epoch runs) or forward only (a validation pass).
+MODES = {"forward+backward": True, "forward": False}
+
+
+def ns_per_position(player, store, with_grad: bool, repeat: int) -> float:
+    """Median CPU ns per position of `player` over the whole store, `repeat` times."""
+    n = len(store.tmpl)
+    arena = new_arena(*arena_size(store))
+    reg_pairs, reg_values = int(store.params[1]), int(store.params[0])
+    set_params(arena, np.full((reg_pairs, 2), 1.0), np.full(reg_values, 1.0))
+    rows = np.arange(n)
+    outputs = np.zeros((n, 2))
+    player(store, arena, rows, 1.0 / n, with_grad, outputs)  # compile
+    reps = max(1, REPLAYS // n)
+    times = []
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        for _ in range(reps):
+            player(store, arena, rows, 1.0 / n, with_grad, outputs)
+        times.append((time.thread_time() - t0) / (reps * n))
+    return statistics.median(times) * 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--positions", type=int, default=2048)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--evaluations", nargs="+", default=list(EVALUATIONS))
+    ap.add_argument("--players", nargs="+", default=list(PLAYERS), choices=PLAYERS)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    a = ap.parse_args()
+    with open("/proc/loadavg") as f:
+        print(f"load average: {' '.join(f.read().split()[:3])}")
+    data = tiled_data(a.positions)
+    for name in a.evaluations:
+        ev = get_evaluation(name)
+        store = record_store(ev, data.positions, data.results, 1 / 400, 1)
+        terms = terms_per_position(store)
+        print(f"{name}: {a.positions} positions, {terms:.1f} terms/position, "
+              f"{len(store.t_temps)} template(s)")
+        for label in a.players:
+            player = specialise(store).play if label == "specialised" else play
+            for mode in a.modes:
+                ns = ns_per_position(player, store, MODES[mode], a.repeat)
+                print(f"  {label:12s} {mode:17s} {ns:7.1f} ns/position {ns / terms:5.2f} ns/term")
+
+
+if __name__ == "__main__":
+    main()
