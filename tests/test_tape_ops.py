@@ -11,9 +11,6 @@ it names.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import zlib
 from decimal import Decimal, localcontext
 from typing import Callable, NamedTuple
@@ -364,20 +361,6 @@ def test_record_loss_is_the_loss_forms_recorder(loss):
 def test_record_loss_refuses_a_form_that_is_not_a_loss():
     with pytest.raises(ValueError, match="not a loss form"):
         ops.record_loss(new_tape(1, 0, records=2), 0, 0.7, 0.25, ops.F_VV)
-
-
-def test_a_recorder_compiles_only_its_own_forms_forward(tmp_path):
-    # In a fresh process with an empty cache, compiling record_pair_add (form pp) types _pp_fwd and no other form's
-    # forward: one recorder per form, not a dispatch over every form inlined into each recorder.
-    others = sorted({row.fwd.__name__ for row in ops.FORM_TABLE} - {ops._pp_fwd.__name__})
-    script = ("from tuner.tape import new_tape, ops\n"
-              "ops.record_pair_add(new_tape(0, 2), 0, 1)\n"
-              f"print(len(ops._pp_fwd.signatures), sum(len(getattr(ops, n).signatures) "
-              f"for n in {others!r}))\n")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()
-    assert out == ["1", "0"]
 
 
 def test_the_loss_names_are_the_training_settings():
