@@ -40,11 +40,11 @@ exact when the parameters move.
 An n-ary record stores its operand offset in ``lhs`` and the operand count in ``rhs``.
 
 Recording (`record_*`) appends a record to a `Tape` and runs its form's forward function on the
-tape's arena: the same function the sweeps run (`_record`, its forward dispatched from the
-table). Every operand slot is checked first against the
-slots in use; a bad one is noted in the tape's error word and replaced by slot 0, never read
-(`tuner.tape.recording`, "Index checks"; `index_error` reads the word). The sweeps live in
-`tuner.tape.player`: a recording is frozen (validated, temporaries rebased) and played; the
+tape's arena: the same function the sweeps run (`RECORD_FORM`, one recorder per form generated
+from the table, so that a recorder compiles its own form's forward only). Every operand slot is
+checked first against the slots in use; a bad one is noted in the tape's error word and replaced
+by slot 0, never read (`tuner.tape.recording`, "Index checks"; `index_error` reads the word). The
+sweeps live in `tuner.tape.player`: a recording is frozen (validated, temporaries rebased) and played; the
 players' dispatch by form is generated from the table's calls, written out in the loop bodies (a
 dispatch function called per record would cost more than the arithmetic: Numba updates the
 reference counts of its array arguments on every call). Every function is ``@njit`` so that
@@ -673,22 +673,42 @@ def describe_forms() -> str:
                      + (f"  loss {r.loss}" if r.loss else "") for r in FORM_TABLE)
 
 
-def _forward_source() -> str:
-    """`_record_forward`: a record's forward on a tape, dispatched by form from the table."""
-    names = dict(val="val", pv="pv", idx="idx", coef="coef", bits="0")
-    lines = ["def _record_forward(t, f, k, o, a, b, s0, s1):",
-             "    val, pv, idx, coef = t.arena.val, t.arena.pair_val, t.rec.opnd_index, "
-             "t.rec.opnd_coef"]
+#: The arena and operand-list arrays a form's forward may read, as a recorder loads them.
+_TAPE_ARRAYS = dict(val="t.arena.val", pv="t.arena.pair_val", idx="t.rec.opnd_index",
+                    coef="t.rec.opnd_coef")
+
+
+def _recorder_source(f: int) -> str:
+    """``_record_NAME(t, k, a, b, s0, s1)``, what every recorder of form `f` calls: append the
+    record (`_append`), run the form's forward (and no other form's: each recorder compiles only
+    its own form), return the output slot."""
+    row = FORM_TABLE[f]
+    used = [x for x in row.fwd_args.split(", ") if x in _TAPE_ARRAYS]
+    return "\n".join([f"def _record_{row.name}(t, k, a, b, s0, s1):",
+                      f"    o, a, b = _append(t, {f}, k, a, b, s0, s1)"]
+                     + [f"    {x} = {_TAPE_ARRAYS[x]}" for x in used]
+                     + [f"    {call(f, False, dict(bits='0'))}", "    return o"]) + "\n"
+
+
+def _loss_source() -> str:
+    """``_record_loss_form(t, f, a, k, target)``: the recorder of loss form `f` (`LOSS_FORMS`;
+    -1 for another form), dispatched over the loss forms only."""
+    lines = ["def _record_loss_form(t, f, a, k, target):"]
+    for f in LOSS_FORMS:
+        lines += [f"    if f == {f}:  # {FORM_NAMES[f]}",
+                  f"        return _record_{FORM_NAMES[f]}(t, 0, a, 0, k, target)"]
+    return "\n".join(lines + ["    return -1"]) + "\n"
+
+
+def _compile_recorders() -> tuple:
+    """The per-form recorders (`_recorder_source`, index = form) and `_record_loss_form`, built
+    from the table in this module's globals."""
     for f in range(N_FORMS):
-        lines += [f"    {'if' if f == 0 else 'elif'} f == {f}:  # {FORM_NAMES[f]}",
-                  f"        {call(f, False, names)}"]
-    return "\n".join(lines) + "\n"
-
-
-exec(compile(_forward_source(), __file__, "exec"), globals())
-#: A record's forward on a tape (`_forward_source`; the form and kernel are constants in every
-#: recorder, so the compiled recorder keeps only its own branch).
-_record_forward = njit(**INLINE)(_record_forward)  # noqa: F821 (defined by the exec above)
+        exec(compile(_recorder_source(f), __file__, "exec"), globals())
+        globals()[f"_record_{FORM_NAMES[f]}"] = njit(**INLINE)(globals()[f"_record_{FORM_NAMES[f]}"])
+    exec(compile(_loss_source(), __file__, "exec"), globals())
+    return (tuple(globals()[f"_record_{name}"] for name in FORM_NAMES),
+            njit(**INLINE)(globals()["_record_loss_form"]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -770,25 +790,44 @@ def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float
     return o, lhs, rhs
 
 
-@njit(**INLINE)
-def _record(t: Tape, f: int, k: int, lhs: int, rhs: int, s0: float, s1: float) -> int:
-    """Append a record of form `f` (`_append`) and run its forward: what every recorder does."""
-    o, lhs, rhs = _append(t, f, k, lhs, rhs, s0, s1)
-    _record_forward(t, f, k, o, lhs, rhs, s0, s1)
-    return o
+#: RECORD_FORM[f]: the recorder of form f (`_recorder_source`), inlined into the public
+#: recorders below; `_record_loss_form` records a loss form given at run time.
+RECORD_FORM, _record_loss_form = _compile_recorders()
+_record_vv = RECORD_FORM[F_VV]
+_record_vs = RECORD_FORM[F_VS]
+_record_sv = RECORD_FORM[F_SV]
+_record_v = RECORD_FORM[F_V]
+_record_pp = RECORD_FORM[F_PP]
+_record_ps = RECORD_FORM[F_PS]
+_record_sp = RECORD_FORM[F_SP]
+_record_pv = RECORD_FORM[F_PV]
+_record_vp = RECORD_FORM[F_VP]
+_record_p = RECORD_FORM[F_P]
+_record_eg_scale = RECORD_FORM[F_EG_SCALE]
+_record_add_clamped_eg = RECORD_FORM[F_ADD_CLAMPED_EG]
+_record_phase = RECORD_FORM[F_PHASE]
+_record_sum = RECORD_FORM[F_SUM]
+_record_lincomb_pair = RECORD_FORM[F_LINCOMB_PAIR]
+_record_lincomb_value = RECORD_FORM[F_LINCOMB_VALUE]
+_record_add_winnable_eg = RECORD_FORM[F_ADD_WINNABLE_EG]
+_record_eg_scale_by_sign = RECORD_FORM[F_EG_SCALE_BY_SIGN]
+_record_const = RECORD_FORM[F_CONST]
+_record_const_pair = RECORD_FORM[F_CONST_PAIR]
+_record_sigmoid_sq_err = RECORD_FORM[F_SIGMOID_SQ_ERR]
+_record_sigmoid_xent = RECORD_FORM[F_SIGMOID_XENT]
 
 
 @njit(**JIT)
 def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
     """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
-    return _record(t, F_SIGMOID_SQ_ERR, 0, a, 0, k, target)
+    return _record_sigmoid_sq_err(t, 0, a, 0, k, target)
 
 
 @njit(**JIT)
 def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
     """-(target log p + (1 - target) log(1 - p)), p = sigmoid(k * value a): the cross-entropy
     of an evaluation against a target in [0, 1]"""
-    return _record(t, F_SIGMOID_XENT, 0, a, 0, k, target)
+    return _record_sigmoid_xent(t, 0, a, 0, k, target)
 
 
 #: IS_LOSS[f]: whether form f is one of `LOSS_FORMS`.
@@ -800,221 +839,221 @@ def record_loss(t: Tape, a: int, k: float, target: float, loss: int) -> int:
     """The loss of form `loss` (one of `LOSS_FORMS`, K = `k`) of value a against `target`."""
     if not (0 <= loss < IS_LOSS.shape[0] and IS_LOSS[loss]):
         raise ValueError("record_loss: not a loss form")
-    return _record(t, loss, 0, a, 0, k, target)
+    return _record_loss_form(t, loss, a, k, target)
 
 
 # Constants: a leaf is a record too, so that every slot of a recording can be replayed.
 @njit(**JIT)
 def record_const(t: Tape, x: float) -> int:
     """A constant value x"""
-    return _record(t, F_CONST, 0, 0, 0, x, 0.0)
+    return _record_const(t, 0, 0, 0, x, 0.0)
 
 
 @njit(**JIT)
 def record_const_pair(t: Tape, mg: float, eg: float) -> int:
     """A constant pair (mg, eg)"""
-    return _record(t, F_CONST_PAIR, 0, 0, 0, mg, eg)
+    return _record_const_pair(t, 0, 0, 0, mg, eg)
 
 
 # Value ops.
 @njit(**JIT)
 def record_add(t: Tape, a: int, b: int) -> int:
     """value a + value b"""
-    return _record(t, F_VV, K_ADD, a, b, 0.0, 0.0)
+    return _record_vv(t, K_ADD, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_sub(t: Tape, a: int, b: int) -> int:
     """value a - value b"""
-    return _record(t, F_VV, K_SUB, a, b, 0.0, 0.0)
+    return _record_vv(t, K_SUB, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_mul(t: Tape, a: int, b: int) -> int:
     """value a * value b (a may equal b: squaring)"""
-    return _record(t, F_VV, K_MUL, a, b, 0.0, 0.0)
+    return _record_vv(t, K_MUL, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_div(t: Tape, a: int, b: int) -> int:
     """value a / value b"""
-    return _record(t, F_VV, K_DIV, a, b, 0.0, 0.0)
+    return _record_vv(t, K_DIV, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pow(t: Tape, a: int, b: int) -> int:
     """value a ** value b (a > 0 for a finite gradient in b)"""
-    return _record(t, F_VV, K_POW, a, b, 0.0, 0.0)
+    return _record_vv(t, K_POW, a, b, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_exp(t: Tape, a: int) -> int:
     """exp(value a)"""
-    return _record(t, F_V, K_EXP, a, 0, 0.0, 0.0)
+    return _record_v(t, K_EXP, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_log(t: Tape, a: int) -> int:
     """ln(value a)"""
-    return _record(t, F_V, K_LOG, a, 0, 0.0, 0.0)
+    return _record_v(t, K_LOG, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_sigmoid(t: Tape, a: int) -> int:
     """1 / (1 + exp(-value a))"""
-    return _record(t, F_V, K_SIGMOID, a, 0, 0.0, 0.0)
+    return _record_v(t, K_SIGMOID, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_neg(t: Tape, a: int) -> int:
     """-value a"""
-    return _record(t, F_V, K_NEG, a, 0, 0.0, 0.0)
+    return _record_v(t, K_NEG, a, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pow_const(t: Tape, a: int, s: float) -> int:
     """value a ** constant s"""
-    return _record(t, F_VS, K_POW, a, 0, s, 0.0)
+    return _record_vs(t, K_POW, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_add_scalar(t: Tape, a: int, s: float) -> int:
     """value a + s"""
-    return _record(t, F_VS, K_ADD, a, 0, s, 0.0)
+    return _record_vs(t, K_ADD, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_sub_scalar(t: Tape, a: int, s: float) -> int:
     """value a - s"""
-    return _record(t, F_VS, K_SUB, a, 0, s, 0.0)
+    return _record_vs(t, K_SUB, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_sub(t: Tape, s: float, a: int) -> int:
     """s - value a"""
-    return _record(t, F_SV, K_SUB, a, 0, s, 0.0)
+    return _record_sv(t, K_SUB, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_mul_scalar(t: Tape, a: int, s: float) -> int:
     """value a * s"""
-    return _record(t, F_VS, K_MUL, a, 0, s, 0.0)
+    return _record_vs(t, K_MUL, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_div_scalar(t: Tape, a: int, s: float) -> int:
     """value a / s"""
-    return _record(t, F_VS, K_DIV, a, 0, s, 0.0)
+    return _record_vs(t, K_DIV, a, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_div(t: Tape, s: float, a: int) -> int:
     """s / value a"""
-    return _record(t, F_SV, K_DIV, a, 0, s, 0.0)
+    return _record_sv(t, K_DIV, a, 0, s, 0.0)
 
 
 # Pair ops.
 @njit(**JIT)
 def record_pair_add(t: Tape, p: int, q: int) -> int:
     """pair p + pair q"""
-    return _record(t, F_PP, K_ADD, p, q, 0.0, 0.0)
+    return _record_pp(t, K_ADD, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_sub(t: Tape, p: int, q: int) -> int:
     """pair p - pair q"""
-    return _record(t, F_PP, K_SUB, p, q, 0.0, 0.0)
+    return _record_pp(t, K_SUB, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul(t: Tape, p: int, q: int) -> int:
     """pair p * pair q, elementwise"""
-    return _record(t, F_PP, K_MUL, p, q, 0.0, 0.0)
+    return _record_pp(t, K_MUL, p, q, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_neg(t: Tape, p: int) -> int:
     """-pair p"""
-    return _record(t, F_P, K_NEG, p, 0, 0.0, 0.0)
+    return _record_p(t, K_NEG, p, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_sigmoid(t: Tape, p: int) -> int:
     """(sigmoid(mg), sigmoid(eg))"""
-    return _record(t, F_P, K_SIGMOID, p, 0, 0.0, 0.0)
+    return _record_p(t, K_SIGMOID, p, 0, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul_scalar(t: Tape, p: int, s: float) -> int:
     """pair p * s"""
-    return _record(t, F_PS, K_MUL, p, 0, s, 0.0)
+    return _record_ps(t, K_MUL, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_pair_div_scalar(t: Tape, p: int, s: float) -> int:
     """pair p / s"""
-    return _record(t, F_PS, K_DIV, p, 0, s, 0.0)
+    return _record_ps(t, K_DIV, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_scalar_div_pair(t: Tape, s: float, p: int) -> int:
     """(s / mg, s / eg)"""
-    return _record(t, F_SP, K_DIV, p, 0, s, 0.0)
+    return _record_sp(t, K_DIV, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_pair_mul_value(t: Tape, p: int, v: int) -> int:
     """pair p * value v"""
-    return _record(t, F_PV, K_MUL, p, v, 0.0, 0.0)
+    return _record_pv(t, K_MUL, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_value_mul_pair(t: Tape, v: int, p: int) -> int:
     """value v * pair p"""
-    return _record(t, F_VP, K_MUL, p, v, 0.0, 0.0)
+    return _record_vp(t, K_MUL, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_pair_div_value(t: Tape, p: int, v: int) -> int:
     """pair p / value v"""
-    return _record(t, F_PV, K_DIV, p, v, 0.0, 0.0)
+    return _record_pv(t, K_DIV, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_value_div_pair(t: Tape, v: int, p: int) -> int:
     """(v / mg, v / eg)"""
-    return _record(t, F_VP, K_DIV, p, v, 0.0, 0.0)
+    return _record_vp(t, K_DIV, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_eg_scale(t: Tape, p: int, s: float) -> int:
     """(mg, eg * s): endgame scaling"""
-    return _record(t, F_EG_SCALE, 0, p, 0, s, 0.0)
+    return _record_eg_scale(t, 0, p, 0, s, 0.0)
 
 
 @njit(**JIT)
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
-    return _record(t, F_ADD_CLAMPED_EG, 0, p, v, 0.0, 0.0)
+    return _record_add_clamped_eg(t, 0, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
     0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
-    return _record(t, F_ADD_WINNABLE_EG, 0, p, v, 0.0, 0.0)
+    return _record_add_winnable_eg(t, 0, p, v, 0.0, 0.0)
 
 
 @njit(**JIT)
 def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> int:
     """(mg, eg * s_pos) if eg > 0 else (mg, eg * s_nonpos): endgame scaling by the strong side"""
-    return _record(t, F_EG_SCALE_BY_SIGN, 0, p, 0, s_pos, s_nonpos)
+    return _record_eg_scale_by_sign(t, 0, p, 0, s_pos, s_nonpos)
 
 
 @njit(**JIT)
 def record_phase(t: Tape, p: int, alpha: float) -> int:
     """value alpha * mg + (1 - alpha) * eg"""
-    return _record(t, F_PHASE, 0, p, 0, alpha, 0.0)
+    return _record_phase(t, 0, p, 0, alpha, 0.0)
 
 
 # N-ary ops: push operands, then record over the operands pushed since `first`. Each checks its
@@ -1043,7 +1082,7 @@ def record_sum(t: Tape, first: int) -> int:
     n = t.rec.counts[C_OPERANDS] - first
     if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
         first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_SUM))
-    return _record(t, F_SUM, 0, first, n, 0.0, 0.0)
+    return _record_sum(t, 0, first, n, 0.0, 0.0)
 
 
 @njit(**JIT)
@@ -1059,7 +1098,7 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
 def append_checked_lincomb_pair(t: Tape, first: int, n: int) -> int:
     """`record_lincomb_pair` of the `n` operands from `first`, already known to be pair slots in
     use (what `tuner.tape.linear.lin_record_pair` writes: parameters it checked)."""
-    return _record(t, F_LINCOMB_PAIR, 0, first, n, 0.0, 0.0)
+    return _record_lincomb_pair(t, 0, first, n, 0.0, 0.0)
 
 
 @njit(**JIT)
@@ -1068,4 +1107,4 @@ def record_lincomb_value(t: Tape, first: int) -> int:
     n = t.rec.counts[C_OPERANDS] - first
     if not _list_ok(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n):
         first, n = _checked_list(t.rec.counts, t.rec.opnd_index, S_VALUE, first, n, tag(F_LINCOMB_VALUE))
-    return _record(t, F_LINCOMB_VALUE, 0, first, n, 0.0, 0.0)
+    return _record_lincomb_value(t, 0, first, n, 0.0, 0.0)
