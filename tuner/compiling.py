@@ -98,6 +98,14 @@ class LayeredCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
         folder = tuner.cache_folder(tuner.generated_layer(py_file) or tuner.TOP)
         self._cache_path = os.path.join(folder, self.get_suitable_cache_subpath(py_file))
 
+    def get_source_stamp(self):
+        """What Numba compares to decide whether cached machine code is stale: for a module of
+        the package, its layer's digest (its contents and those of the layers below, so a fresh
+        clone or an installed copy of the same sources loads it, and an edit never does); for
+        any other module, Numba's own stamp (the file's time and size)."""
+        layer = tuner.layer_of(self._py_file)
+        return super().get_source_stamp() if layer is None else tuner.layer_digest(layer)
+
     def ensure_cache_path(self) -> None:
         cachedir.private_folder(self._cache_path)
         tempfile.TemporaryFile(dir=self._cache_path).close()  # writable
