@@ -459,9 +459,7 @@ def new_scratch():
 @lru_cache(maxsize=None)
 def registry() -> ParamRegistry:
     """The Clockwork parameter registry with the engine's defaults (shipped JSON)."""
-    reg = ParamRegistry.from_json(PARAMS_PATH)
-    check_layout(reg)
-    return reg
+    return LAYOUT.read(PARAMS_PATH)
 
 
 def check_layout(reg: ParamRegistry) -> None:

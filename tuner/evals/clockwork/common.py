@@ -161,6 +161,12 @@ class Layout:
                 if name not in reg or reg.group(name).kind != kind or reg.offset(name) != off:
                     raise ValueError(f"{kind} parameter {name}: expected flat offset {off}")
 
+    def read(self, path) -> ParamRegistry:
+        """The registry of the parameter file `path`, checked to have this layout (`check`)."""
+        reg = ParamRegistry.from_json(path)
+        self.check(reg)
+        return reg
+
 
 class Params(NamedTuple):
     """`load_params`: the parameter values an evaluation computes with."""

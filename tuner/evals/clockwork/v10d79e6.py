@@ -887,9 +887,7 @@ def counts_batch(positions, scratch, sums, ints, phases):
 @lru_cache(maxsize=None)
 def registry() -> ParamRegistry:
     """The 10d79e6 parameter registry with the engine's defaults (shipped JSON)."""
-    reg = ParamRegistry.from_json(PARAMS_PATH)
-    check_layout(reg)
-    return reg
+    return LAYOUT.read(PARAMS_PATH)
 
 
 def check_layout(reg: ParamRegistry) -> None:
