@@ -96,3 +96,14 @@ def tiny_data():
     """`tiny` split for training by the default ``[data]`` keys (5% of its games held out for
     validation, split seed 1): 3,723 training and 277 validation positions."""
     return load_data(validate({"data": {"train": ["tiny"]}}, "tiny"), lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 2 CPUs for a test module (module scope: one per module), shut down after it; shared by
+    the cluster and sweep tests."""
+    ray = pytest.importorskip("ray", reason="Ray is installed by `make` (pip install "
+                                            "'tuner[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()

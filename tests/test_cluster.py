@@ -38,16 +38,6 @@ threads = 1
 EVALUATIONS = ("clockwork", "clockwork-10d79e6")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray of 2 CPUs for the module, shut down after it."""
-    ray = pytest.importorskip("ray", reason="Ray is installed by `make` (pip install "
-                                            "'tuner[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-
-
 def _config(folder, name: str = "clockwork", extra: str = ""):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tune.toml"

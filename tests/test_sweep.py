@@ -144,16 +144,6 @@ def test_a_killed_sweep_resumes_without_running_finished_trials_again(sequential
             assert np.array_equal(a["theta"], b["theta"])
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray of 2 CPUs for the module's Ray tests, shut down after them."""
-    ray = pytest.importorskip("ray", reason="Ray is installed by `make` (pip install "
-                                            "'tuner[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-
-
 def _not_here(*args):
     raise AssertionError("the trials ran in this process, not as Ray tasks")
 
