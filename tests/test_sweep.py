@@ -246,7 +246,16 @@ def test_without_ray_a_cluster_says_how_to_install_it(tmp_path, monkeypatch):
      ["'training.batch_size'", "low must be an integer", "1.5"]),
     ('"optimizer.lr" = [1.0]', 'mode = "random"', ["[sweep] trials", "trials >= 1"]),
     ('"optimizer.lr" = [1.0]', 'cluster = "yarn"', ["[sweep] cluster", "'yarn'"]),
-    ('"optimizer.lr" = [1.0]', 'colour = 3', ["[sweep]", "unknown key 'colour'"]),
+    ('"optimizer.lr" = [1.0]', 'cluster = "ray://"', ["[sweep] cluster", "'ray://HOST:PORT'",
+                                                      "got 'ray://'"]),
+    ('"optimizer.lr" = [1.0]', 'colour = 3', ["[sweep]", "unknown key 'colour'",
+                                              "allowed: config, mode, trials"]),
+    ('"optimizer.lr" = [1.0]', 'trials = "2"', ["[sweep] trials", "must be an integer", "'2'"]),
+    ('"optimizer.lr" = [1.0]', 'mode = "grid"\ntrials = 2', ["[sweep] trials", "mode 'random'"]),
+    ('"optimizer.lr" = [1.0]', 'cpus_per_trial = 0', ["[sweep] cpus_per_trial",
+                                                      "must be in [1, 1,024]", "got 0"]),
+    ('"optimizer.lr" = [1.0]', 'mode = "lottery"', ["[sweep] mode", "'grid', 'random'",
+                                                    "'lottery'"]),
 ])
 def test_sweep_file_errors_name_the_file_the_key_and_the_value(tmp_path, values, extra,
                                                                expected):
@@ -260,6 +269,43 @@ def test_sweep_file_errors_name_the_file_the_key_and_the_value(tmp_path, values,
     for text in expected:
         assert text in msg
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('[sweep.values]\n"optimizer.lr" = [1.0]\n', ["[sweep]", "missing required key 'config'"]),
+    ('[sweep]\nconfig = "base.toml"\n', ["[sweep]", "missing required key 'values'"]),
+    ('[sweep]\nconfig = "base.toml"\nvalues = 3\n', ["[sweep] values", "must be a table",
+                                                       "got 3"]),
+    ('[sweep]\nconfig = "base.toml"\n[sweep.values]\n', ["[sweep.values]", "no key to vary"]),
+    ('[train]\nepochs = 1\n', ["one table, [sweep]", "not [train]"]),
+])
+def test_a_sweep_file_without_its_required_keys_names_the_missing_one(tmp_path, text, expected):
+    (tmp_path / "base.toml").write_text(BASE)
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(path, tmp_path / "out")
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: ") and "\n" not in msg
+    for needle in expected:
+        assert needle in msg, (needle, msg)
+
+
+@pytest.mark.parametrize("cluster", ["yarn", "ray://"])
+def test_a_cluster_given_instead_of_the_files_is_checked_as_the_files(tmp_path, cluster):
+    path = _files(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(path, tmp_path / "out", cluster)
+    assert str(e.value) == (f"--cluster: must be '', 'local', 'auto' or 'ray://HOST:PORT', got "
+                            f"{cluster!r}")
+    assert load_sweep(path, tmp_path / "out", "").cluster == ""  # '' runs them here
+
+
+def test_the_sweep_reference_lists_every_key_with_its_type_and_default():
+    text = sweep_mod.describe_sweep()
+    for k, key in sweep_mod.SWEEP_SCHEMA.items():
+        assert f"  {k} (" in text
+    assert "  values (table, required)" in text and "  cpus_per_trial (integer, default 1)" in text
 
 
 def test_random_draws_follow_the_seed_and_stay_in_their_ranges(tmp_path):

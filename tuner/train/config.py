@@ -80,11 +80,11 @@ def _k_value(x):
     return _between(K_MIN, K_MAX)(x)
 
 
-def check_address(x: str) -> str | None:
-    """The error of a Ray address that is neither one of `CLUSTER_ADDRESSES` nor ray://...;
-    None if it is fine."""
-    ok = x in CLUSTER_ADDRESSES or (x.startswith("ray://") and len(x) > len("ray://"))
-    return None if ok else "must be 'local', 'auto' or 'ray://HOST:PORT'"
+def check_address(x: str, fixed: tuple[str, ...] = CLUSTER_ADDRESSES) -> str | None:
+    """The error of a Ray address that is neither one of `fixed` nor ray://...; None if it is
+    fine."""
+    ok = x in fixed or (x.startswith("ray://") and len(x) > len("ray://"))
+    return None if ok else f"must be {', '.join(map(repr, fixed))} or 'ray://HOST:PORT'"
 
 
 def require_ray(where: str) -> None:
@@ -338,7 +338,8 @@ RESUME_FREE = {("training", "epochs"), ("training", "threads"), ("training", "mo
 def _type_name(types: tuple) -> str:
     if float in types:  # an integer is a number too
         types = tuple(t for t in types if t is not int)
-    names = {int: "integer", float: "number", str: "string", list: "list", bool: "boolean"}
+    names = {int: "integer", float: "number", str: "string", list: "list", bool: "boolean",
+             dict: "table"}
     return " or ".join(names[t] for t in types)
 
 
@@ -443,6 +444,43 @@ def _check_table_list(where: str, items, keys: dict, required: set) -> list:
     return out
 
 
+def check_section(where: str, given: dict, keys: dict[str, Key]) -> dict:
+    """The table `given` (``where`` names it: "FILE: [section]") checked against `keys`: an
+    unknown key, a value of the wrong type, not finite or refused by its key's check, or a
+    missing required key is a `ConfigError` naming the file, the section, the key and the value;
+    returns the values with the defaults filled in."""
+    out = {}
+    for k, v in given.items():
+        if k not in keys:
+            _fail(where, f"unknown key {k!r}; allowed: {', '.join(keys)}")
+        key = keys[k]
+        if not _check_type(v, key.types):
+            _fail(f"{where} {k}", f"must be {_a(_type_name(key.types))}, got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            _fail(f"{where} {k}", f"must be finite, got {v!r}")
+        err = key.check(v) if key.check is not None else None
+        if err:
+            _fail(f"{where} {k}", f"{err}, got {v!r}")
+        out[k] = v
+    for k, key in keys.items():
+        if k not in out:
+            if key.default is None:
+                _fail(where, f"missing required key {k!r}: {key.doc}")
+            out[k] = key.default
+    return out
+
+
+def describe_keys(keys: dict[str, Key]) -> list[str]:
+    """The reference lines of one section's `keys`: each with its type, default and meaning."""
+    lines = []
+    for k, key in keys.items():
+        default = "required" if key.default is None else f"default {key.default!r}"
+        lines.append(f"  {k} ({_type_name(key.types)}, {default})")
+        lines.extend(textwrap.wrap(key.doc, 96, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6))
+    return lines
+
+
 def validate(raw: dict, where: str = "config") -> Config:
     """Check `raw` (a parsed TOML document) against `SCHEMA`; fill in defaults."""
     values: dict = {}
@@ -453,27 +491,7 @@ def validate(raw: dict, where: str = "config") -> Config:
         if not isinstance(raw[section], dict):
             _fail(where, f"[{section}] must be a table")
     for section, keys in SCHEMA.items():
-        given = raw.get(section, {})
-        out = {}
-        for k, v in given.items():
-            if k not in keys:
-                _fail(f"{where}: [{section}]", f"unknown key {k!r}; allowed: {', '.join(keys)}")
-            key = keys[k]
-            if not _check_type(v, key.types):
-                _fail(f"{where}: [{section}] {k}",
-                      f"must be {_a(_type_name(key.types))}, got {v!r}")
-            if isinstance(v, float) and not math.isfinite(v):
-                _fail(f"{where}: [{section}] {k}", f"must be finite, got {v!r}")
-            err = key.check(v) if key.check is not None else None
-            if err:
-                _fail(f"{where}: [{section}] {k}", f"{err}, got {v!r}")
-            out[k] = v
-        for k, key in keys.items():
-            if k not in out:
-                if key.default is None:
-                    _fail(f"{where}: [{section}]", f"missing required key {k!r}: {key.doc}")
-                out[k] = key.default
-        values[section] = out
+        values[section] = check_section(f"{where}: [{section}]", raw.get(section, {}), keys)
 
     if isinstance(values["data"]["train"], str):
         values["data"]["train"] = [values["data"]["train"]]
@@ -542,10 +560,6 @@ def describe() -> str:
              "first,", "which the log, loss.csv and loss.png call epoch 1.", ""]
     for section, keys in SCHEMA.items():
         lines.append(f"[{section}]")
-        for k, key in keys.items():
-            default = "required" if key.default is None else f"default {key.default!r}"
-            lines.append(f"  {k} ({_type_name(key.types)}, {default})")
-            lines.extend(textwrap.wrap(key.doc, 96, initial_indent=" " * 6,
-                                       subsequent_indent=" " * 6))
+        lines.extend(describe_keys(keys))
         lines.append("")
     return "\n".join(lines)

@@ -43,8 +43,8 @@ from typing import Callable
 import numpy as np
 
 from tuner.fileio import WriteError, atomic_write, read_json
-from .config import NUM, RAY_MISSING, SCHEMA, ConfigError, Key, _a, _between, _check_type, \
-    _one_of, _type_name, load_config
+from .config import CLUSTER_ADDRESSES, NUM, RAY_MISSING, SCHEMA, ConfigError, Key, _a, _between, \
+    _check_type, _fail, _one_of, _type_name, check_address, check_section, describe_keys, load_config
 from .loop import CHECKPOINT, TrainingError, find_data, start_run
 from .progress import Observer
 from .rundir import RunBusyError, RunLock
@@ -64,6 +64,8 @@ MAX_TRIALS = 10_000
 MAX_CPUS = 1024
 #: The sections a sweep may not vary: a cross-validation is not a trial.
 NOT_SWEPT = ("validation",)
+#: The fixed values of ``[sweep] cluster``: '' (this process, no Ray) and a cluster run's.
+CLUSTERS = ("", *CLUSTER_ADDRESSES)
 #: The table's columns after the trial's name and its swept keys.
 RESULT_FIELDS = ("best_val_loss", "best_epoch", "epochs", "train_loss", "val_loss", "status")
 
@@ -81,7 +83,7 @@ SWEEP_SCHEMA: dict[str, Key] = {
     "cluster": Key((str,), "", "Where the trials run: '' (default) one after another in this "
                    "process; 'local' a Ray started on this machine; 'auto' the Ray cluster this "
                    "machine is part of (`ray start`); 'ray://HOST:PORT' a Ray client address. "
-                   f"Ray is optional: {RAY_MISSING}."),
+                   f"Ray is optional: {RAY_MISSING}.", lambda x: check_address(x, CLUSTERS)),
     "cpus_per_trial": Key((int,), 1, "With a cluster: CPUs each trial reserves, and the threads "
                           "it trains with (results do not depend on it).",
                           _between(1, MAX_CPUS)),
@@ -124,10 +126,6 @@ class Trial:
             section, key = dotted.split(".")
             out.setdefault(section, {})[key] = v
         return out
-
-
-def _fail(where: str, msg: str):
-    raise ConfigError(f"{where}: {msg}")
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -217,31 +215,15 @@ def load_sweep(path: str | Path, out: str | Path, cluster: str | None = None) ->
     if extra or not isinstance(raw.get("sweep"), dict):
         _fail(str(p), f"a sweep file holds one table, [sweep]{f'; not [{extra[0]}]' if extra else ''}")
     table = raw["sweep"]
-    got = {}
-    for k, v in table.items():
-        if k not in SWEEP_SCHEMA:
-            _fail(f"{p}: [sweep]", f"unknown key {k!r}; allowed: {', '.join(SWEEP_SCHEMA)}")
-        key = SWEEP_SCHEMA[k]
-        if not _check_type(v, key.types):
-            _fail(f"{p}: [sweep] {k}", f"must be {_a(_type_name(key.types))}, got {v!r}")
-        err = key.check(v) if key.check is not None else None
-        if err:
-            _fail(f"{p}: [sweep] {k}", f"{err}, got {v!r}")
-        got[k] = v
-    for k, key in SWEEP_SCHEMA.items():
-        if k not in got:
-            if key.default is None:
-                _fail(f"{p}: [sweep]", f"missing required key {k!r}: {key.doc}")
-            got[k] = key.default
+    got = check_section(f"{p}: [sweep]", table, SWEEP_SCHEMA)
     if got["mode"] == "random" and got["trials"] < 1:
         _fail(f"{p}: [sweep] trials", f"mode 'random' needs trials >= 1, got {got['trials']!r}")
     if got["mode"] == "grid" and "trials" in table:
         _fail(f"{p}: [sweep] trials", "is for mode 'random' (a grid runs every combination)")
-    where = "--cluster" if cluster is not None else f"{p}: [sweep] cluster"
-    cluster = got["cluster"] if cluster is None else cluster
-    if cluster not in ("", "local", "auto") and not cluster.startswith("ray://"):
-        _fail(where, f"must be '', 'local', 'auto' or 'ray://HOST:PORT', got "
-                                       f"{cluster!r}")
+    if cluster is None:
+        cluster = got["cluster"]  # checked with the table
+    elif check_address(cluster, CLUSTERS):
+        _fail("--cluster", f"{check_address(cluster, CLUSTERS)}, got {cluster!r}")
 
     from tuner.shipped import find_config
     named = p.parent / got["config"]
@@ -295,15 +277,8 @@ def load_sweep(path: str | Path, out: str | Path, cluster: str | None = None) ->
 
 def describe_sweep() -> str:
     """The sweep file reference: every key of [sweep] with type, default and meaning."""
-    import textwrap
-    lines = ["Sweep file reference (TOML): one table, [sweep].", ""]
-    for k, key in SWEEP_SCHEMA.items():
-        default = "required" if key.default is None else f"default {key.default!r}"
-        lines.append(f"  {k} ({_type_name(key.types) if key.types != (dict,) else 'table'}, "
-                     f"{default})")
-        lines.extend(textwrap.wrap(key.doc, 96, initial_indent=" " * 6,
-                                   subsequent_indent=" " * 6))
-    return "\n".join(lines)
+    return "\n".join(["Sweep file reference (TOML): one table, [sweep].", "",
+                      *describe_keys(SWEEP_SCHEMA)])
 
 
 # -- running trials ----------------------------------------------------------------------------
