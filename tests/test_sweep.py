@@ -291,6 +291,18 @@ def test_a_sweep_file_without_its_required_keys_names_the_missing_one(tmp_path, 
         assert needle in msg, (needle, msg)
 
 
+@pytest.mark.parametrize("content, expected", [
+    (None, "no such sweep file"), (b"\xff[sweep]", "not a text file (byte 0 is not UTF-8)"),
+    (b"[sweep\n", "not valid TOML")])
+def test_a_sweep_file_that_cannot_be_read_says_why_in_one_line(tmp_path, content, expected):
+    path = tmp_path / "sweep.toml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(path, tmp_path / "out")
+    assert str(e.value).startswith(f"{path}: {expected}") and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("cluster", ["yarn", "ray://"])
 def test_a_cluster_given_instead_of_the_files_is_checked_as_the_files(tmp_path, cluster):
     path = _files(tmp_path)

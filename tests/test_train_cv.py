@@ -194,9 +194,8 @@ def _cv_config(tmp_path, init="zero", lr=5.0):
 def _cv(cfg, out, threads, backend=in_order, resume=False):
     lines = []
     cv = CrossValidation(None if resume else str(cfg), None if resume else str(out),
-                         str(out) if resume else None, None, threads, lines.append,
-                         backend=backend)
-    return cv.run(), lines
+                         str(out) if resume else None, None, threads, lines.append)
+    return cv.run(backend), lines
 
 
 def test_cross_validation_is_deterministic_and_resumes_skipping_finished_folds(tmp_path):

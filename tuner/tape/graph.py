@@ -102,45 +102,42 @@ class Value:
     def _wrap(self, index: int) -> "Value":
         return Value(self.graph, index)
 
-    def __add__(self, o):
+    def _binary(self, o, with_value, with_scalar) -> "Value":
+        """This value and `o`, recorded by `with_value` if `o` is a Value, else (a number) by
+        `with_scalar`."""
         t = self.graph.tape
-        return self._wrap(ops.record_add(t, self.index, o.index) if isinstance(o, Value)
-                          else ops.record_add_scalar(t, self.index, float(o)))
+        return self._wrap(with_value(t, self.index, o.index) if isinstance(o, Value)
+                          else with_scalar(t, self.index, float(o)))
+
+    def __add__(self, o):
+        return self._binary(o, ops.record_add, ops.record_add_scalar)
 
     __radd__ = __add__
 
     def __sub__(self, o):
-        t = self.graph.tape
-        return self._wrap(ops.record_sub(t, self.index, o.index) if isinstance(o, Value)
-                          else ops.record_sub_scalar(t, self.index, float(o)))
+        return self._binary(o, ops.record_sub, ops.record_sub_scalar)
 
     def __rsub__(self, s):
         return self._wrap(ops.record_scalar_sub(self.graph.tape, float(s), self.index))
 
     def __mul__(self, o):
-        t = self.graph.tape
         if isinstance(o, Pair):
-            return Pair(self.graph, ops.record_value_mul_pair(t, self.index, o.index))
-        return self._wrap(ops.record_mul(t, self.index, o.index) if isinstance(o, Value)
-                          else ops.record_mul_scalar(t, self.index, float(o)))
+            return Pair(self.graph, ops.record_value_mul_pair(self.graph.tape, self.index, o.index))
+        return self._binary(o, ops.record_mul, ops.record_mul_scalar)
 
     def __rmul__(self, s):
         return self._wrap(ops.record_mul_scalar(self.graph.tape, self.index, float(s)))
 
     def __truediv__(self, o):
-        t = self.graph.tape
         if isinstance(o, Pair):
-            return Pair(self.graph, ops.record_value_div_pair(t, self.index, o.index))
-        return self._wrap(ops.record_div(t, self.index, o.index) if isinstance(o, Value)
-                          else ops.record_div_scalar(t, self.index, float(o)))
+            return Pair(self.graph, ops.record_value_div_pair(self.graph.tape, self.index, o.index))
+        return self._binary(o, ops.record_div, ops.record_div_scalar)
 
     def __rtruediv__(self, s):
         return self._wrap(ops.record_scalar_div(self.graph.tape, float(s), self.index))
 
     def __pow__(self, o):
-        t = self.graph.tape
-        return self._wrap(ops.record_pow(t, self.index, o.index) if isinstance(o, Value)
-                          else ops.record_pow_const(t, self.index, float(o)))
+        return self._binary(o, ops.record_pow, ops.record_pow_const)
 
     def __neg__(self):
         return self._wrap(ops.record_neg(self.graph.tape, self.index))

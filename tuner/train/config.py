@@ -530,25 +530,31 @@ def validate(raw: dict, where: str = "config") -> Config:
     return Config(values)
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML configuration file."""
-    p = Path(path)
+def read_toml(p: Path, kind: str = "configuration") -> dict:
+    """The TOML document in file `p` (a `kind` file: "configuration", "sweep"); a missing or
+    unreadable file, bytes that are not UTF-8 or text that is not TOML is a `ConfigError` naming
+    the file."""
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{p}: no such configuration file") from None
+        raise ConfigError(f"{p}: no such {kind} file") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{p}: not a text file (byte {e.start} is not UTF-8); a configuration "
+        raise ConfigError(f"{p}: not a text file (byte {e.start} is not UTF-8); a {kind} file "
                           f"is a TOML text file") from None
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    cfg = validate(raw, str(p))
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML configuration file."""
+    p = Path(path)
+    cfg = validate(read_toml(p), str(p))
     cfg.path = p.resolve()
     return cfg
 

@@ -28,8 +28,9 @@ configuration names one): the positions are recorded once, not once per fold.
 Every fold is an ordinary, deterministic run, so the cross-validation gives the same bits for any
 thread count; killed, it resumes (``--resume DIR``, or the same command again) skipping the
 finished folds and continuing the one that was running from its checkpoint. A fold is a
-`FoldTask`, and `run_fold` runs one anywhere: ``backend`` runs the list of them (by default one
-after another, `in_order`), so a backend that runs one fold per task on a cluster plugs in there.
+`FoldTask`, and `run_fold` runs one anywhere: the ``backend`` of `CrossValidation.run` runs the
+list of them (by default one after another, `in_order`), so a backend that runs one fold per
+task on a cluster plugs in there.
 """
 from __future__ import annotations
 
@@ -183,8 +184,7 @@ class CrossValidation:
 
     def __init__(self, config_path: str | None, out: str | None, resume: str | None,
                  epochs: int | None, threads: int | None, log: Callable[[str], None],
-                 observer: Observer | None = None,
-                 backend: Callable[[list[FoldTask], Callable], list[FoldResult]] = in_order):
+                 observer: Observer | None = None):
         if resume is not None:
             self.out = Path(resume)
             try:
@@ -207,7 +207,6 @@ class CrossValidation:
         self.cfg = cfg
         self.threads = threads
         self.observer = observer
-        self.backend = backend
         self.log_fn = log
         self.host = Run(cfg, self.out, threads=threads, epochs=epochs, log=log)
         self.epochs = self.host.epochs
@@ -261,13 +260,14 @@ class CrossValidation:
         """A run's log lines, also in the cross-validation's log, prefixed by `label`."""
         return lambda line: self.log(f"[{label}] {line}")
 
-    def run(self) -> dict:
-        """The folds, the report, the final run and best.json / best.hpp; returns `RESULT`'s
-        content."""
+    def run(self, backend: Callable[[list[FoldTask], Callable], list[FoldResult]] = in_order
+            ) -> dict:
+        """The folds (run by `backend`), the report, the final run and best.json / best.hpp;
+        returns `RESULT`'s content."""
         try:
             self._start()
             folds = self.cfg["validation"]["folds"]
-            results = self.backend(self.tasks(), self._run_one)
+            results = backend(self.tasks(), self._run_one)
             rows = self.rows(results, folds)
             chosen = min(rows, key=lambda r: r.mean_val)  # the first of equals: grid order
             summary = self.report(rows, chosen, folds)

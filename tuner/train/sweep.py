@@ -35,7 +35,6 @@ import io
 import itertools
 import json
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -44,7 +43,8 @@ import numpy as np
 
 from tuner.fileio import WriteError, atomic_write, read_json
 from .config import CLUSTER_ADDRESSES, NUM, RAY_MISSING, SCHEMA, ConfigError, Key, _a, _between, \
-    _check_type, _fail, _one_of, _type_name, check_address, check_section, describe_keys, load_config
+    _check_type, _fail, _one_of, _type_name, check_address, check_section, describe_keys, load_config, \
+    read_toml
 from .loop import CHECKPOINT, TrainingError, find_data, start_run
 from .progress import Observer
 from .rundir import RunBusyError, RunLock
@@ -203,14 +203,7 @@ def load_sweep(path: str | Path, out: str | Path, cluster: str | None = None) ->
     configuration (trial directories under `out`; `cluster`, if given, instead of the file's);
     a `ConfigError` names the file, the key and the value that is wrong."""
     p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such sweep file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read a TOML text file: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    raw = read_toml(p, "sweep")
     extra = [s for s in raw if s != "sweep"]
     if extra or not isinstance(raw.get("sweep"), dict):
         _fail(str(p), f"a sweep file holds one table, [sweep]{f'; not [{extra[0]}]' if extra else ''}")
