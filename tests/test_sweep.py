@@ -316,7 +316,7 @@ def test_a_cluster_given_instead_of_the_files_is_checked_as_the_files(tmp_path, 
 def test_the_sweep_reference_lists_every_key_with_its_type_and_default():
     text = sweep_mod.describe_sweep()
     for k, key in sweep_mod.SWEEP_SCHEMA.items():
-        assert f"  {k} (" in text
+        assert f"  {k} (" in text and key.doc.split()[0] in text
     assert "  values (table, required)" in text and "  cpus_per_trial (integer, default 1)" in text
 
 
