@@ -479,24 +479,28 @@ def test_op_with_leaf_inputs(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# add_clamped_eg at and next to its kinks.
+# add_clamped_eg and add_winnable_eg with a zero eg; add_clamped_eg at and next to its kinks.
 # ------------------------------------------------------------------------------------------------
 
 CLAMPED = next(c for c in CASES if c.name == "add_clamped_eg_pos_keeps")
+WINNABLE = next(c for c in CASES if c.name == "add_winnable_eg_pos_keeps")
 
 
-def test_add_clamped_eg_zero_eg_is_unchanged():
-    """eg == 0 stays 0 whatever v is; its gradient passes to eg (not to v), mg passes through."""
-    rng = np.random.default_rng(7)
+@pytest.mark.parametrize("case, seed", [(CLAMPED, 7), (WINNABLE, 13)], ids=["clamped", "winnable"])
+def test_a_clamped_add_leaves_a_zero_eg_unchanged(case, seed):
+    """eg == 0 stays 0 (its sign too) whatever v is; its gradient passes to eg (not to v), mg
+    passes through."""
+    rng = np.random.default_rng(seed)
     for _ in range(POINTS):
         mg, x = U(rng, -3, 3), away(rng, 0.01, 3)
         for eg in (0.0, -0.0):
             what = f"mg={mg} eg={eg} v={x}"
-            out, jac = tape_jacobian(CLAMPED, [x], [(mg, eg)], {})
+            out, jac = tape_jacobian(case, [x], [(mg, eg)], {})
             assert out[0] == mg and out[1] == 0.0, what
+            assert math.copysign(1.0, out[1]) == math.copysign(1.0, eg), what
             np.testing.assert_array_equal(jac, [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], err_msg=what)
             # v and mg can be perturbed without leaving the branch; eg cannot (it is the kink).
-            fd = fd_jacobian(CLAMPED, [x], [(mg, eg)], {}, skip=(2,))
+            fd = fd_jacobian(case, [x], [(mg, eg)], {}, skip=(2,))
             assert_grad_close(jac, fd, out, what)
 
 
@@ -523,23 +527,7 @@ def test_add_clamped_eg_sign_is_never_flipped():
 # add_winnable_eg and eg_scale_by_sign at and next to their kinks.
 # ------------------------------------------------------------------------------------------------
 
-WINNABLE = next(c for c in CASES if c.name == "add_winnable_eg_pos_keeps")
 BY_SIGN = next(c for c in CASES if c.name == "eg_scale_by_sign_pos")
-
-
-def test_add_winnable_eg_zero_eg_is_unchanged():
-    """eg == 0 stays 0 (its sign too) whatever v is; its gradient passes to eg, not to v."""
-    rng = np.random.default_rng(13)
-    for _ in range(POINTS):
-        mg, x = U(rng, -3, 3), away(rng, 0.01, 3)
-        for eg in (0.0, -0.0):
-            what = f"mg={mg} eg={eg} v={x}"
-            out, jac = tape_jacobian(WINNABLE, [x], [(mg, eg)], {})
-            assert out[0] == mg and out[1] == 0.0, what
-            assert math.copysign(1.0, out[1]) == math.copysign(1.0, eg), what
-            np.testing.assert_array_equal(jac, [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], err_msg=what)
-            fd = fd_jacobian(WINNABLE, [x], [(mg, eg)], {}, skip=(2,))
-            assert_grad_close(jac, fd, out, what)
 
 
 @pytest.mark.parametrize("eg", [1.5, -1.5, 2.0 ** -30, -(2.0 ** -30)])
