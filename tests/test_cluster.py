@@ -46,7 +46,8 @@ EVALUATIONS = ("clockwork", "clockwork-10d79e6")
 
 
 #: ``[training]`` keys of the variants run on one machine and on workers (besides the plain run).
-VARIANTS = {"blocks": 'shuffle = "blocks"\nshuffle_block = 64', "all": "", "eager": 'mode = "eager"'}
+VARIANTS = {"blocks": 'shuffle = "blocks"\nshuffle_block = 64', "all": "", "eager": 'mode = "eager"',
+            "fit": '[loss]\nk = "fit"'}
 
 
 def _config(folder, name: str = "clockwork", extra: str = "", batch: str = "1024"):
@@ -108,11 +109,12 @@ def test_any_number_of_workers_gives_the_bits_of_one_machine(local_ray, local_ru
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_the_block_shuffle_full_batches_and_eager_epochs_give_the_bits_of_one_machine(
+def test_the_block_shuffle_full_batches_eager_epochs_and_a_fitted_k_give_the_bits_of_one_machine(
         local_ray, tmp_path, variant):
     local, _ = _train(tmp_path / "local", config=_variant(tmp_path / "local", variant))
     run, _ = _train(tmp_path / "ray", workers=2, config=_variant(tmp_path / "ray", variant))
-    assert len(run.workers.actors) == 2
+    assert len(run.workers.actors) == 2 and run.k == local.k
+    assert (run.k != 1 / 400) == (variant == "fit")  # the driver fitted K, for the workers too
     assert np.array_equal(run.theta, local.theta)
     assert _losses(run.history) == _losses(local.history)
 
@@ -261,6 +263,16 @@ def test_cluster_keys_are_checked(cluster, needles):
     with pytest.raises(ConfigError) as e:
         validate({"data": {"train": ["tiny"]}, "cluster": cluster}, "x")
     assert all(n in str(e.value) for n in needles), str(e.value)
+
+
+def test_a_segment_other_than_the_default_is_in_the_digest():
+    plain = validate({"data": {"train": ["tiny"]}}, "x")
+    assert validate({"data": {"train": ["tiny"]}, "training": {"segment": 1 << 18}},
+                    "x").digest() == plain.digest()
+    assert validate({"data": {"train": ["tiny"]}, "training": {"segment": 500}},
+                    "x").digest() != plain.digest()
+    with pytest.raises(ConfigError, match=r"x: \[training\] segment.*must be in \[1,"):
+        validate({"data": {"train": ["tiny"]}, "training": {"segment": 0}}, "x")
 
 
 def test_cluster_keys_may_change_on_resume():
