@@ -111,7 +111,7 @@ DEFAULT_SHUFFLE_BLOCK = 1024
 #: cluster worker's share). A data set smaller than it has one segment (its runs cut the
 #: micro-batches as before segments existed: `Config.digest` leaves the key out at this value);
 #: 6.97 M positions have 27, and a batch of 262,144 cut into 256 micro-batches of 1,024 then
-#: has about 13 more (half a micro-batch's end per segment).
+#: has about 10 more (266: 10 in each full segment, 6 in the last).
 DEFAULT_SEGMENT = 1 << 18
 
 

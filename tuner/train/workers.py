@@ -5,15 +5,14 @@ computed by workers.** A batch, in store order, is cut into micro-batches ("chun
 `micro` positions, and at every *segment* of the store (``[training] segment`` consecutive rows):
 no chunk holds rows of two segments (`tuner.train.kernels.cut_chunks`). Where a chunk ends
 depends only on the batch's rows, so not on who computes it: a thread, or a cluster worker that
-holds a range of whole segments. A *source* of
-micro-batch gradients computes the loss sum and gradient of any chunks of a batch into the
-batch's ``sse[c]`` and ``chunk_grads[c]``: `ReplaySource` plays them from a frozen store,
-`EagerSource` records, freezes and plays them (the same records through the same sweeps, so the
-same bits). `Workers` runs one source on a pool of threads, chunk c on thread ``c % threads``,
-and `reduce_chunks` adds the chunk gradients in chunk order. Which worker computed which chunk
-therefore never changes a bit of the result, and another kind of worker (another process,
-another machine) that fills the same chunks plugs in at `Workers._compute`: Ray actors do, in
-`tuner.train.cluster`.
+holds a range of whole segments. A *source* of micro-batch gradients computes the loss sum and
+gradient of any chunks of a batch into the batch's ``sse[c]`` and ``chunk_grads[c]``:
+`ReplaySource` plays them from a frozen store, `EagerSource` records, freezes and plays them (the
+same records through the same sweeps, so the same bits). `Workers` runs one source on a pool of
+threads, chunk c on thread ``c % threads``, and `reduce_chunks` adds the chunk gradients in chunk
+order. Which worker computed which chunk therefore never changes a bit of the result, and
+another kind of worker (another process, another machine) that fills the same chunks plugs in
+at `Workers._compute`: Ray actors do, in `tuner.train.cluster`.
 
 Every worker owns its scratch (`Source.scratch`: eager, a tape and the evaluation's scratch;
 replay, a small arena for the player); the compiled chunk kernels release the GIL, so the
