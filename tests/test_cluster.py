@@ -8,9 +8,11 @@ restart ends the run with one line and the checkpoint kept; a cluster run resume
 shares for 3 workers) and 2 epochs."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +45,7 @@ threads = 1
 segment = 500
 {extra}"""
 EVALUATIONS = ("clockwork", "clockwork-10d79e6")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 #: ``[training]`` keys of the variants run on one machine and on workers (besides the plain run).
@@ -117,6 +120,24 @@ def test_the_block_shuffle_full_batches_eager_epochs_and_a_fitted_k_give_the_bit
     assert (run.k != 1 / 400) == (variant == "fit")  # the driver fitted K, for the workers too
     assert np.array_equal(run.theta, local.theta)
     assert _losses(run.history) == _losses(local.history)
+
+
+def test_a_trace_evaluation_gives_the_bits_of_one_machine(local_ray, tmp_path):
+    """Its workers read their rows of a trace file (not FENs)."""
+    spec = importlib.util.spec_from_file_location("write_trace", ROOT / "examples" /
+                                                  "write_trace.py")
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    trace = tmp_path / "tiny-trace.parquet"
+    assert writer.write_trace("tiny", trace) == 4000
+    runs = []
+    for workers in (0, 2):
+        path = _config(tmp_path / str(workers), name=str(trace.with_suffix(".json")))
+        path.write_text(path.read_text().replace('train = ["tiny"]', f'train = ["{trace}"]'))
+        runs.append(_train(tmp_path / str(workers), workers=workers, config=path)[0])
+    assert runs[1].evaluation.trace is not None and len(runs[1].workers.actors) == 2
+    assert np.array_equal(runs[1].theta, runs[0].theta)
+    assert _losses(runs[1].history) == _losses(runs[0].history)
 
 
 def test_micro_batches_end_every_micro_positions_and_at_every_segment():
