@@ -175,8 +175,8 @@ def read_share(cfg: Config, trace, rows, files: list) -> tuple:
     ``[data] train`` whose valid and bad rows are `files`: each file's rows read again
     (`DatasetReader.read_rows`: only the row groups holding them)."""
     rows = np.asarray(rows, np.int64)
-    order = np.argsort(rows, kind="stable")
-    wanted = rows[order]
+    order = None if np.all(rows[1:] > rows[:-1]) else np.argsort(rows)  # a blocks run's rows
+    wanted = rows if order is None else rows[order]
     parts, offset = [], 0
     for found, (n, bad) in zip(find_data(cfg), files):
         lo, hi = np.searchsorted(wanted, [offset, offset + n])
@@ -188,7 +188,7 @@ def read_share(cfg: Config, trace, rows, files: list) -> tuple:
     positions = concat_positions([p[0] for p in parts])
     results = np.concatenate([p[1] for p in parts])
     scores = None if parts[0][2] is None else np.concatenate([p[2] for p in parts])
-    if np.any(order != np.arange(len(order))):  # back from file order to store order
+    if order is not None:  # back from file order to store order
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         positions, results = take_positions(positions, back), results[back]
