@@ -1,14 +1,18 @@
 """Data-parallel training on Ray (tuner/train/cluster.py, ``[cluster]``, ``tuner train --workers``):
 1, 2 and 3 workers give bitwise the parameters of the run on one machine, for `clockwork` and
-`clockwork-10d79e6`; a worker killed mid-epoch is restarted by Ray and the run still ends with
-the same bits; a worker Ray cannot restart ends the run with one line and the checkpoint kept; a
-cluster run resumes bit for bit. On a local Ray of 2 CPUs (``ray.init(num_cpus=2)``), with the
-4,000-position sample `tiny` and 2 epochs."""
+`clockwork-10d79e6`, with the block shuffle and with full batches too; each worker records only
+its share of the store (or loads it from the store cache), and the driver none; a worker killed
+mid-epoch is restarted by Ray and the run still ends with the same bits; a worker Ray cannot
+restart ends the run with one line and the checkpoint kept; a cluster run resumes bit for bit. On the suite's local Ray
+(``local_ray``), with the 4,000-position sample `tiny` in segments of 500 rows (8 segments:
+shares for 3 workers) and 2 epochs."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,9 +20,13 @@ from click.testing import CliRunner
 
 from tuner.cli import main
 from tuner.train import cluster as cluster_mod
+from tuner.evals import get_evaluation
 from tuner.train.config import ConfigError, validate
+from tuner.train.kernels import cut_chunks
 from tuner.train.loop import CHECKPOINT, TrainingError, start_run
 from tuner.train.progress import Observer
+from tuner.train.record import record_store
+from tuner.train.workers import EagerSource, ReplaySource, Workers
 
 CONFIG = """\
 [data]
@@ -31,27 +39,42 @@ init = "default"
 lr = 2.0
 [training]
 epochs = 2
-batch_size = 1024
+batch_size = {batch}
 micro_batch_size = 128
 threads = 1
+segment = 500
 {extra}"""
 EVALUATIONS = ("clockwork", "clockwork-10d79e6")
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _config(folder, name: str = "clockwork", extra: str = ""):
+#: ``[training]`` keys of the variants run on one machine and on workers (besides the plain run).
+VARIANTS = {"blocks": 'shuffle = "blocks"\nshuffle_block = 64', "all": "", "eager": 'mode = "eager"',
+            "fit": '[loss]\nk = "fit"'}
+
+
+def _config(folder, name: str = "clockwork", extra: str = "", batch: str = "1024"):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tune.toml"
-    path.write_text(CONFIG.format(name=name, extra=extra))
+    path.write_text(CONFIG.format(name=name, extra=extra, batch=batch))
     return path
 
 
+def _variant(folder, variant: str | None):
+    """The configuration of `variant` (None: the plain run) in `folder`."""
+    if variant is None:
+        return _config(folder)
+    return _config(folder, extra=VARIANTS[variant], batch='"all"' if variant == "all" else "1024")
+
+
 def _train(folder, name: str = "clockwork", workers: int = 0, epochs: int | None = None,
-           observer: Observer | None = None, resume: bool = False):
-    """A run of `name` in `folder`/out (new, or resumed), on `workers` Ray workers (0: none);
-    returns (the Run, its log lines)."""
+           observer: Observer | None = None, resume: bool = False, config=None):
+    """A run of `name` (or of the configuration file `config`) in `folder`/out (new, or
+    resumed), on `workers` Ray workers (0: none); returns (the Run, its log lines)."""
     lines: list[str] = []
     out = folder / "out"
-    run = start_run(None if resume else str(_config(folder, name)), None if resume else str(out),
+    config = config if config is not None else _config(folder, name)
+    run = start_run(None if resume else str(config), None if resume else str(out),
                     str(out) if resume else None, epochs, None, log=lines.append,
                     observer=observer)
     run.use_cluster(None, workers)
@@ -76,10 +99,88 @@ def test_any_number_of_workers_gives_the_bits_of_one_machine(local_ray, local_ru
     run, lines = _train(tmp_path, name, workers)
     assert any(f"cluster: {workers} worker(s) on Ray" in line for line in lines)
     assert len(set(run.workers.pids)) == workers and os.getpid() not in run.workers.pids
+    # each worker recorded only its share, whole segments; the driver recorded no store
+    shares = [info["rows"] for info in run.workers.info]
+    assert sum(shares) == run.workers.source.n_rows == 4000
+    assert shares == list(np.diff(run.workers.bounds)) and all(b % 500 == 0 for b in
+                                                               run.workers.bounds)
+    assert max(shares) < 4000 if workers > 1 else shares == [4000]
+    assert not any("replay: recorded" in line for line in lines)  # the driver's log
     theta, history = local_runs[name]
     assert np.array_equal(run.theta, theta)
     assert _losses(run.history) == _losses(history)  # the validation too: the workers'
 
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_block_shuffle_full_batches_eager_epochs_and_a_fitted_k_give_the_bits_of_one_machine(
+        local_ray, tmp_path, variant):
+    local, _ = _train(tmp_path / "local", config=_variant(tmp_path / "local", variant))
+    run, _ = _train(tmp_path / "ray", workers=2, config=_variant(tmp_path / "ray", variant))
+    assert len(run.workers.actors) == 2 and run.k == local.k
+    assert (run.k != 1 / 400) == (variant == "fit")  # the driver fitted K, for the workers too
+    assert np.array_equal(run.theta, local.theta)
+    assert _losses(run.history) == _losses(local.history)
+
+
+def test_a_trace_evaluation_gives_the_bits_of_one_machine(local_ray, tmp_path):
+    """Its workers read their rows of a trace file (not FENs)."""
+    spec = importlib.util.spec_from_file_location("write_trace", ROOT / "examples" /
+                                                  "write_trace.py")
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    trace = tmp_path / "tiny-trace.parquet"
+    assert writer.write_trace("tiny", trace) == 4000
+    runs = []
+    for workers in (0, 2):
+        path = _config(tmp_path / str(workers), name=str(trace.with_suffix(".json")))
+        path.write_text(path.read_text().replace('train = ["tiny"]', f'train = ["{trace}"]'))
+        runs.append(_train(tmp_path / str(workers), workers=workers, config=path)[0])
+    assert runs[1].evaluation.trace is not None and len(runs[1].workers.actors) == 2
+    assert np.array_equal(runs[1].theta, runs[0].theta)
+    assert _losses(runs[1].history) == _losses(runs[0].history)
+
+
+def test_micro_batches_end_every_micro_positions_and_at_every_segment():
+    rng = np.random.default_rng(3)
+    order = np.sort(rng.choice(4000, size=1500, replace=False))
+    starts = np.empty(len(order) + 1, np.int64)
+    n = cut_chunks(order, 128, 500, starts)
+    starts = starts[: n + 1]
+    assert starts[0] == 0 and starts[-1] == len(order) and np.all(np.diff(starts) >= 1)
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        chunk = order[lo:hi]
+        assert len(chunk) <= 128 and len(set(chunk // 500)) == 1  # never two segments
+        # it ends where it is full, or where the next row is another segment's
+        assert hi == len(order) or len(chunk) == 128 or order[hi] // 500 != chunk[0] // 500
+    assert n == sum(-(-np.sum(order // 500 == s) // 128) for s in range(8))
+    assert cut_chunks(order[:0], 128, 500, starts) == 0
+
+
+def test_threads_and_modes_agree_bitwise_with_segments(tiny_data):
+    ev = get_evaluation("clockwork")
+    k, batch = 0.0025, np.random.default_rng(4).permutation(tiny_data.train)[:1500]
+    theta = np.array(ev.registry.defaults).reshape(-1)
+    store = record_store(ev, tiny_data.positions, tiny_data.results, k, 1, 64)
+    got = []
+    for source, threads in [(ReplaySource(store), 1), (ReplaySource(store), 2),
+                            (EagerSource(ev, tiny_data.positions, tiny_data.results, k), 2)]:
+        w = Workers(source, threads, 128, len(batch), segment=500)
+        try:
+            sse, grad = w.loss_grad(theta, batch)
+            got.append((sse, grad.tobytes()))
+        finally:
+            w.close()
+    assert got[1] == got[0] and got[2] == got[0]
+
+
+def test_shares_are_whole_segments_with_as_many_training_rows_as_they_allow():
+    train = np.flatnonzero(np.arange(4000) % 10 != 3)  # 3,600 training rows of 4,000
+    for segment, workers, want in [(500, 3, [0, 1500, 2500, 4000]), (500, 1, [0, 4000]),
+                                   (1500, 4, [0, 1500, 3000, 4000]), (4000, 2, [0, 4000]),
+                                   (500, 8, list(range(0, 4001, 500)))]:
+        assert list(cluster_mod.shares(train, 4000, segment, workers)) == want
+    # a blocks run's store: the training rows first, the validation rows after them
+    assert list(cluster_mod.shares(np.arange(3000), 4000, 500, 2)) == [0, 1500, 4000]
 
 
 def _losses(history: dict) -> dict:
@@ -103,9 +204,10 @@ class KillAWorker(Observer):
             os.kill(self.killed[0], signal.SIGKILL)
 
 
-def _train_killing(folder, observer: KillAWorker, workers: int = 2):
+def _train_killing(folder, observer: KillAWorker, workers: int = 2, extra: str = ""):
     out = folder / "out"
-    run = start_run(str(_config(folder)), str(out), None, None, None, observer=observer)
+    run = start_run(str(_config(folder, extra=extra)), str(out), None, None, None,
+                    observer=observer)
     run.use_cluster(None, workers)
     observer.run = run
     run.run()
@@ -126,13 +228,19 @@ def test_a_worker_ray_cannot_restart_ends_the_run_in_one_line_keeping_the_checkp
         local_ray, local_runs, tmp_path, monkeypatch):
     monkeypatch.setattr(cluster_mod, "MAX_RESTARTS", 0)
     with pytest.raises(TrainingError) as e:
-        _train_killing(tmp_path, KillAWorker(epoch=2))
+        _train_killing(tmp_path, KillAWorker(epoch=2), extra='store_cache = "stores"')
     msg = str(e.value)
     assert "\n" not in msg and "could not restart it" in msg and "checkpoint" in msg
     with np.load(tmp_path / "out" / CHECKPOINT) as c:  # epoch 1's, intact
         assert int(c["epoch"]) == 1
-    resumed, _ = _train(tmp_path, workers=2, resume=True)  # and it continues bit for bit
+    stores = sorted((tmp_path / "stores").glob("store-*.npz"))
+    assert len(stores) == 2  # one per share: each key covers its share's rows
+    for p in stores:
+        os.utime(p, ns=(1, 1))
+    resumed, _ = _train(tmp_path, workers=2, resume=True)  # and it continues bit for bit,
     assert np.array_equal(resumed.theta, local_runs["clockwork"][0])
+    assert sorted((tmp_path / "stores").glob("store-*.npz")) == stores  # its workers loading
+    assert all(p.stat().st_mtime_ns != 1 for p in stores)  # their shares (which touches them)
 
 
 def test_a_cluster_run_resumes_bitwise(local_ray, local_runs, tmp_path):
@@ -176,6 +284,16 @@ def test_cluster_keys_are_checked(cluster, needles):
     with pytest.raises(ConfigError) as e:
         validate({"data": {"train": ["tiny"]}, "cluster": cluster}, "x")
     assert all(n in str(e.value) for n in needles), str(e.value)
+
+
+def test_a_segment_other_than_the_default_is_in_the_digest():
+    plain = validate({"data": {"train": ["tiny"]}}, "x")
+    assert validate({"data": {"train": ["tiny"]}, "training": {"segment": 1 << 18}},
+                    "x").digest() == plain.digest()
+    assert validate({"data": {"train": ["tiny"]}, "training": {"segment": 500}},
+                    "x").digest() != plain.digest()
+    with pytest.raises(ConfigError, match=r"x: \[training\] segment.*must be in \[1,"):
+        validate({"data": {"train": ["tiny"]}, "training": {"segment": 0}}, "x")
 
 
 def test_cluster_keys_may_change_on_resume():

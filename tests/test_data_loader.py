@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from chess_oracle import python_chess_flags
 from tuner.chess.fen import parse_fen_array, parse_fen_list
 from tuner.data import DatasetError, convert_files, load_dataset
+from tuner.data.loader import DatasetReader
 
 SAMPLES = Path(__file__).resolve().parents[1] / "tuner" / "samples"
 TINY = SAMPLES / "tiny.parquet"
@@ -111,6 +112,30 @@ def test_bad_rows_skip(tmp_path, capsys):
     assert "skipped 6 bad row(s) of 10" in err and "row 4: bad FEN" in err
     load_dataset(p, quiet=True)
     assert capsys.readouterr().err == ""
+
+
+def test_read_rows_reads_only_the_row_groups_of_the_rows_asked_for(tmp_path, monkeypatch):
+    table = pa.concat_tables([_bad_table()] * 3)  # 30 rows, 18 bad ones
+    p = write(table, tmp_path / "rg.parquet", row_group_size=7)  # 5 row groups
+    whole = load_dataset(p, quiet=True, keep_row_index=True)
+    with DatasetReader(p, quiet=True, batch_rows=3) as reader:
+        for _ in reader.batches():
+            pass
+        assert list(reader.bad_file_rows()) == [r for r in range(30) if r % 10 not in (0, 1, 6, 7)]
+        kept = np.array([1, 2, 5, 9, 10])
+        rows = reader.file_rows(kept)
+        np.testing.assert_array_equal(rows, whole.row_index[kept])
+        groups = []
+        iter_batches = reader.pf.iter_batches
+        monkeypatch.setattr(reader.pf, "iter_batches", lambda **kw: groups.append(
+            kw["row_groups"]) or iter_batches(**kw))
+        positions, results, scores = reader.read_rows(rows)
+        assert groups == [[0], [1], [3]]  # rows 1 and 6, 11, 21 and 26: not groups 2 and 4
+        np.testing.assert_array_equal(positions, whole.positions[kept])
+        np.testing.assert_array_equal(results, whole.results[kept])
+        np.testing.assert_array_equal(scores, whole.score_cp[kept])
+        with pytest.raises(DatasetError, match=r"row 3: changed since it was read"):
+            reader.read_rows(np.array([0, 3]))
 
 
 ILLEGAL_ROWS = [  # (FEN, reason): each rule of tuner.chess.legality, reported per row

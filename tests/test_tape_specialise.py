@@ -160,7 +160,8 @@ def test_drivers_are_rebound_to_the_specialised_player(store_and_point, module):
     other = store._replace(tmpl=np.full_like(store.tmpl, len(store.t_temps)))
     one = np.zeros(1, np.int64)
     with pytest.raises(ValueError, match="unknown record tag"):
-        batch = Batch(one, 1, 1.0, False, np.zeros((1, 2 * N_PP + N_VP)), np.zeros(1))
+        batch = Batch(one, np.array([0, 1]), 1.0, False, np.zeros((1, 2 * N_PP + N_VP)),
+                      np.zeros(1))
         driver(other, fresh_arena(store, vparams, pparams), batch, one, np.zeros((1, 2)))
 
 

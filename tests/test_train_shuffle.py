@@ -167,12 +167,13 @@ def test_bad_values_name_the_key_and_value(key, value, message):
 
 
 def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
-    """A run started before the shuffle keys existed resumes: under the position shuffle they
-    are not in the digest; under blocks both are."""
+    """A run started before the shuffle keys (and ``segment``) existed resumes: under the
+    position shuffle they are not in the digest (nor ``segment`` at its default); under blocks
+    both shuffle keys are."""
     base = {"data": {"train": ["tiny"]}}
     plain = validate(base, "run.toml")
     older = json.loads(json.dumps(plain.values))
-    for key in ("shuffle", "shuffle_block"):
+    for key in ("shuffle", "shuffle_block", "segment"):
         del older["training"][key]
     for key in RESUME_FREE_TRAINING:
         older["training"].pop(key, None)

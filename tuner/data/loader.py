@@ -328,11 +328,47 @@ class DatasetReader:
                 f" (all {n_bad:,} rows are bad):\n" + format_bad_list(shown, n_bad) if n_bad
                 else " (the file is empty)"))
 
+    def bad_file_rows(self) -> np.ndarray:
+        """int64: the file rows of the bad rows (after a complete pass), increasing."""
+        return np.concatenate(self._bad) if self._bad else np.zeros(0, np.int64)
+
     def file_rows(self, kept: np.ndarray) -> np.ndarray:
         """The file rows of valid rows `kept` (indices among the valid rows, after a pass)."""
-        bad = np.concatenate(self._bad) if self._bad else np.zeros(0, np.int64)
-        # the i-th bad row has bad[i] - i valid rows before it
-        return kept + np.searchsorted(bad - np.arange(len(bad)), kept, side="right")
+        return file_rows(kept, self.bad_file_rows())
+
+    def read_rows(self, rows: np.ndarray) -> tuple:
+        """``(positions, results, score_cp)`` of file rows `rows` (increasing, every one valid
+        when the file was read before), read again: only the row groups that hold them are
+        read and only these rows parsed. DatasetError if one of them is not valid now."""
+        rows = np.asarray(rows, np.int64)
+        parts: list[Batch] = []
+        done = start = 0
+        md = self.pf.metadata
+        with self._arrow_errors():
+            for g in range(md.num_row_groups):
+                stop = start + md.row_group(g).num_rows
+                if np.searchsorted(rows, stop) == done:  # no row of this group
+                    start = stop
+                    continue
+                for batch in self.pf.iter_batches(batch_size=self.batch_rows, row_groups=[g],
+                                                  columns=self.columns, use_threads=False):
+                    hi = int(np.searchsorted(rows, start + batch.num_rows))
+                    if hi > done:
+                        b = self._parse(batch.take(pa.array(rows[done:hi] - start)), start, [])
+                        if b.ok is not None:
+                            row = int(rows[done + int(np.flatnonzero(~b.ok)[0])])
+                            raise DatasetError(f"{self.source}: row {row}: changed since it "
+                                               f"was read (no longer a valid row)")
+                        parts.append(b)
+                        done = hi
+                    start += batch.num_rows
+        if done != len(rows):
+            raise DatasetError(f"{self.source}: changed since it was read (fewer rows)")
+        if not parts:
+            return self.no_positions(), np.zeros(0), None
+        return (traces.concat_positions([b.positions for b in parts]),
+                np.concatenate([b.results for b in parts]),
+                np.concatenate([b.score_cp for b in parts]) if self.with_score else None)
 
     def no_positions(self):
         """No positions, of this file's kind."""
@@ -378,6 +414,13 @@ class DatasetReader:
                 parts.append(traces.take_positions(b.positions, kept[lo:hi] - done))
             done = stop
         return traces.concat_positions(parts) if parts else traces.empty_rows()
+
+
+def file_rows(kept: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """The file rows of valid rows `kept` (indices among a file's valid rows) of a file whose
+    bad rows are `bad` (file rows, increasing)."""
+    # the i-th bad row has bad[i] - i valid rows before it
+    return kept + np.searchsorted(bad - np.arange(len(bad)), kept, side="right")
 
 
 def load_dataset(path_or_name: str | os.PathLike, policy: str = "skip", *,

@@ -1,51 +1,67 @@
-"""Data-parallel epochs on Ray: the micro-batch gradients of every batch computed by Ray actors.
+"""Data-parallel epochs on Ray: each worker holds a share of the store and computes the gradients of
+the micro-batches that fall in it.
 
-A cluster run (``[cluster] workers = N``, or ``tuner train --workers N``) has N *workers*, each
-a Ray actor (`Share`) that reads the data from ``[data] train`` itself (paths every node
-reaches: a shared filesystem, or any URI pyarrow's filesystems open), records its store once (or
-loads it from ``[training] store_cache``) and then, for every batch, computes the gradients of
-the micro-batches it is given. The driver (`ClusterWorkers`, a `tuner.train.workers.Workers`
-whose `_compute` is the actors') sends each worker the rows of its micro-batches (their indexes,
-8 bytes each: positions never travel) and the parameters, receives the micro-batch gradients,
-and adds them **in micro-batch order** with the same compensated sum as a run on one machine:
-which worker computed which micro-batch never changes a bit, so any number of workers gives
-bitwise the same parameters. Everything else (optimiser step, checkpoints, validation, logs,
-progress, outputs) stays on the driver, in `tuner.train.loop`.
+A cluster run (``[cluster] workers = N``, or ``tuner train --workers N``) has a *driver* (the
+`tuner train` process) and N *workers*, each a Ray actor (`Share`).
 
-**Which rows a worker holds.** A batch is a shuffled draw from every training row, taken in
-store order and cut into micro-batches of consecutive rows of that order, so a micro-batch's
-rows can be anywhere in the store, and which ones changes with every batch. Shares of the store
-that micro-batches could be formed within would change the micro-batches, hence the rounding of
-the sum, unless the run on one machine formed them the same way. So every worker holds the
-whole store and computes the micro-batches ``c % N == w``: the same bits as one machine for any
-N. The cost: each worker reads and records every position (in parallel: the wall time of one
-recording, N times the work and N times the memory, a store per node); what scales with N is
-the epochs' computation, which is what a long run spends its time on.
+**Shares.** The store's rows are cut into *segments* of ``[training] segment`` consecutive rows
+(a size that does not depend on N), and every batch, in store order, is cut into micro-batches
+every ``micro_batch_size`` positions and at every segment's first row
+(`tuner.train.kernels.cut_chunks`), on one machine as on a cluster: no micro-batch holds two
+segments' rows. Worker w holds a contiguous range of whole segments (`shares`: as many training
+rows each as whole segments allow), reads only its rows from ``[data] train`` (paths every node
+reaches; only the Parquet row groups that hold them, only its rows parsed: `read_share`),
+records them once (or loads them from ``[training] store_cache``, keyed by a digest of its
+rows), and for every batch computes the micro-batches that fall in its range. So a worker holds
+1/N of the store, and which worker computed a micro-batch never changes a bit: any number of
+workers gives bitwise the same parameters as one machine.
 
-**Faults.** A worker whose process dies is restarted by Ray (`MAX_RESTARTS`), records its store
-again in its constructor, and the batch it was computing is computed again (Ray retries the
-actor's call, ``max_task_retries``): the call is a pure function of its arguments, so the run
-ends with the same bits. A worker Ray cannot restart ends the run with one line (a
+**The driver records no store** (`prepare`): it reads the data once for what the split,
+validation and outputs need (the results, the games until the split, the fit sample if K is
+fitted, the validation positions for the held-out report), with
+`tuner.train.stream.DataStream`, and keeps no position of a training row. It then knows which
+file rows every store row is (the files' bad rows; a blocks run's recording order,
+`tuner.train.stream.record_order`) and gives each worker its rows: a range (8 bytes), or under
+``shuffle = "blocks"`` the rows themselves (8 bytes each, once), with the files' bad rows.
+
+**Per batch** (`ClusterWorkers`, a `tuner.train.workers.Workers` whose `_compute` is the
+actors'), the driver sends each worker the parameters and the rows of its micro-batches with
+their cuts (8 bytes per position: positions never travel), receives the micro-batch gradients,
+and adds them **in micro-batch order** with the same compensated sum as a run on one machine.
+The validation loss is computed the same way. Everything else (optimiser step, checkpoints,
+logs, progress, outputs) stays on the driver, in `tuner.train.loop`.
+
+**Faults.** A worker whose process dies is restarted by Ray (`MAX_RESTARTS`), reads and records
+its share again in its constructor, and the batch it was computing is computed again (Ray
+retries the actor's call, ``max_task_retries``): the call is a pure function of its arguments,
+so the run ends with the same bits. A worker Ray cannot restart ends the run with one line (a
 `TrainingError`); the checkpoint of the last completed epoch is kept and ``--resume`` continues.
 """
 from __future__ import annotations
 
 import math
 import os
+import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import ray
 
+from tuner.compiling import watch_compilation
+from tuner.data.loader import DatasetReader, file_rows
+from tuner.data.trace import concat_positions, take_positions
 from tuner.evals import get_evaluation
 from .config import Config
 from .errors import TrainingError
 from .kernels import Batch
-from .prepare import Preparation
+from .prepare import Preparation, Prepared
 from .progress import Observer
 from .storecache import StoreCache
+from .stream import Data, DataStream, find_data, record_order
+from .warmup import warm_positions
 from .workers import Workers, split_params
 
 #: Times Ray restarts a worker whose process died (and retries the call it was computing).
@@ -53,10 +69,96 @@ MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
+class Layout:
+    """What the driver knows of the store its workers hold between them, without holding it:
+    its rows `n_rows` (positions a batch's rows index), the parameters (`n_pairs`, `n_theta`),
+    which data rows (indexes into the files' valid rows, concatenated) the store's rows are
+    (`rows`: None for the same rows, a blocks run's recording order otherwise), and each file's
+    valid rows and bad rows (`files`: ``(n_valid, bad file rows)``). A `Workers` source whose
+    micro-batches the workers compute."""
+
+    n_rows: int
+    n_pairs: int
+    n_theta: int
+    rows: np.ndarray | None
+    files: list
+    specialised = False
+
+    def scratch(self, micro: int) -> None:
+        """The driver computes no micro-batch: no scratch."""
+        return None
+
+    def share_rows(self, lo: int, hi: int):
+        """The data rows of store rows ``lo..hi - 1`` (a range where they are the same)."""
+        return range(lo, hi) if self.rows is None else self.rows[lo:hi]
+
+
+class ClusterPrepared(Prepared):
+    """`Prepared` of a cluster run's driver: the data in store order, K, no store or targets, and
+    the store's `layout` (its `source`)."""
+
+    def __init__(self, data: Data, k: float, layout: Layout):
+        super().__init__(data, k, None, None)
+        self.layout = layout
+
+    def source(self, evaluation, loss: int) -> Layout:
+        return self.layout
+
+
+def prepare(prep: Preparation, data: Data | None) -> ClusterPrepared:
+    """The driver's preparation (see the module docstring): the configuration's data read for
+    its split, K and validation positions, no store recorded."""
+    if data is not None:
+        raise TrainingError("a cluster run's workers read [data] train themselves: it cannot "
+                            "train on data given in memory")
+    cfg, evaluation = prep.cfg, prep.evaluation
+    with watch_compilation(prep.observer.compile_start, prep.compiling):
+        warm_positions()
+    if prep.k is not None:
+        prep.warm(None)
+    prep.observer.load_start(cfg["data"]["train"])
+    t0 = time.perf_counter()
+    with DataStream(cfg, evaluation.trace, prep.log) as files:
+        files.first_pass(None)
+        if prep.k is None:
+            prep.warm(files.sample)
+        data = files.data()
+        layout_files = [(n, r.bad_file_rows()) for r, n in zip(files.readers, files.sizes)]
+    prep.observer.load_end(len(data), time.perf_counter() - t0)
+    prep.log_split(data)
+    rows = None
+    tr = cfg["training"]
+    if tr["shuffle"] == "blocks":  # the store's rows: the training rows shuffled, then the val
+        rows = record_order(data.train, data.val, tr["shuffle_seed"])
+        n_train = len(data.train)
+        data = Data(None, data.results[rows], np.arange(n_train), np.arange(n_train, len(rows)),
+                    data.sources, None, data.train_games, data.val_games, data.val_positions)
+    reg = evaluation.registry
+    layout = Layout(len(data.results), reg.n_params, 2 * reg.n_params + reg.n_values, rows,
+                    layout_files)
+    return ClusterPrepared(data, prep.k, layout)
+
+
+def shares(train: np.ndarray, n_rows: int, segment: int, n_workers: int) -> np.ndarray:
+    """Where the workers' shares of a store of `n_rows` rows begin, and the last one ends
+    (int64[workers + 1], at segment boundaries): contiguous ranges of whole segments of
+    `segment` rows, each with as near 1 / `n_workers` of the training rows `train` (store rows)
+    as whole segments allow. Fewer than `n_workers` shares when there are fewer segments (or
+    segments with training rows to part)."""
+    n_seg = math.ceil(n_rows / segment)
+    before = np.concatenate([[0], np.cumsum(np.bincount(train // segment, minlength=n_seg))])
+    goals = np.arange(1, n_workers) * (len(train) / n_workers)
+    above = np.searchsorted(before, goals)  # the first segment with at least the goal before it
+    cuts = above - (goals - before[above - 1] < before[above] - goals)  # or the one before
+    cuts = np.unique(np.clip(cuts, 1, n_seg - 1)) if n_seg > 1 else np.zeros(0, np.int64)
+    return np.minimum(np.concatenate([[0], cuts * segment, [n_rows]]), n_rows).astype(np.int64)
+
+
+@dataclass(frozen=True)
 class ShareSpec:
-    """What a worker needs to record the run's store: the configuration (`values`, `path`), K
-    `k`, the starting parameters `theta` (for the record), its `threads`, and the `micro`-batch
-    and largest batch (`max_batch`) of the run's `Workers`."""
+    """What every worker is given besides its share: the configuration (`values`, `path`), K
+    `k`, the starting parameters `theta` (for the record), its `threads`, and the run's
+    `micro`-batch, largest batch (`max_batch`) and `segment`."""
 
     values: dict
     path: str | None
@@ -65,49 +167,99 @@ class ShareSpec:
     threads: int
     micro: int
     max_batch: int
+    segment: int
+
+
+def read_share(cfg: Config, trace, rows, files: list) -> tuple:
+    """``(positions, results, score_cp)`` of data rows `rows` (in that order) of the files of
+    ``[data] train`` whose valid and bad rows are `files`: each file's rows read again
+    (`DatasetReader.read_rows`: only the row groups holding them)."""
+    rows = np.asarray(rows, np.int64)
+    order = None if np.all(rows[1:] > rows[:-1]) else np.argsort(rows)  # a blocks run's rows
+    wanted = rows if order is None else rows[order]
+    parts, offset = [], 0
+    for found, (n, bad) in zip(find_data(cfg), files):
+        lo, hi = np.searchsorted(wanted, [offset, offset + n])
+        if hi > lo:
+            with DatasetReader(found, cfg["data"]["policy"], quiet=True, trace=trace,
+                               need_scores=cfg["loss"]["score_blend"] > 0) as reader:
+                parts.append(reader.read_rows(file_rows(wanted[lo:hi] - offset, bad)))
+        offset += n
+    positions = concat_positions([p[0] for p in parts])
+    results = np.concatenate([p[1] for p in parts])
+    scores = None if parts[0][2] is None else np.concatenate([p[2] for p in parts])
+    if order is not None:  # back from file order to store order
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        positions, results = take_positions(positions, back), results[back]
+        scores = None if scores is None else scores[back]
+    return positions, results, scores
 
 
 class Share:
-    """One worker of a cluster run (a Ray actor): the run's store recorded from the data its
-    configuration names, and a pool of `ShareSpec.threads` threads computing micro-batches."""
+    """One worker of a cluster run (a Ray actor): its share of the store recorded from its rows
+    of the data, and a pool of `ShareSpec.threads` threads computing
+    micro-batches."""
 
-    def __init__(self, spec: ShareSpec):
-        from pathlib import Path
+    def __init__(self, spec: ShareSpec, rows, files: list):
+        """`rows`: the share's data rows in store order (`Layout.share_rows`); `files`: the
+        files' valid and bad rows (`Layout.files`)."""
         cfg = Config(spec.values, None if spec.path is None else Path(spec.path))
         evaluation = get_evaluation(cfg["evaluation"]["name"], cfg.resolve_path("."))
         quiet = lambda line: None  # noqa: E731  (the driver logs the run)
         stores = StoreCache(cfg, evaluation, quiet) if cfg["training"]["store_cache"] else None
         prep = Preparation(cfg, evaluation, spec.theta, spec.k, spec.threads, Observer(), quiet,
                            stores)
-        ready = prep.run(None)
-        source = ready.source(evaluation, prep.loss)
-        self.workers = Workers(source, spec.threads, spec.micro, spec.max_batch)
+        prep.warm(None)
+        t0 = time.perf_counter()
+        positions, results, scores = read_share(cfg, evaluation.trace, rows, files)
+        t1 = time.perf_counter()
+        data = Data(positions, results, np.arange(0), np.arange(0), score_cp=scores)
+        targets = prep.targets(results, scores)
+        store = None if prep.eager else prep.replay_store(data, targets)
+        source = Prepared(data, spec.k, store, targets).source(evaluation, prep.loss)
+        self.workers = Workers(source, spec.threads, spec.micro,
+                               max(1, min(spec.max_batch, len(results))), segment=spec.segment)
+        #: The share's rows, and the seconds it took to read them and to record them.
+        self.info = dict(rows=len(results), read=t1 - t0, record=time.perf_counter() - t1)
 
-    def ready(self) -> int:
-        """The worker's process id, once its store is recorded."""
-        return os.getpid()
+    def ready(self) -> dict:
+        """Once its share is recorded: the worker's process id (``pid``), the share's rows
+        (``rows``) and the seconds it took to read them (``read``) and to record them, or load
+        them from the store cache (``record``)."""
+        return dict(self.info, pid=os.getpid())
 
-    def compute(self, theta: np.ndarray, rows: np.ndarray, n: int, with_grad: bool):
-        """The loss sums and (if `with_grad`) gradients of the micro-batches whose rows,
-        one after another, are `rows` (every one `micro` rows but a last shorter one), of a
-        batch of `n` positions, at the flat parameters `theta`."""
+    def peak_mb(self) -> float:
+        """The peak resident memory of the worker's process so far, in MB."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def compute(self, theta: np.ndarray, rows: np.ndarray, starts: np.ndarray, n: int,
+                with_grad: bool):
+        """The loss sums and (if `with_grad`) gradients of the micro-batches ``rows[starts[c]:
+        starts[c + 1]]`` (rows of the share) of a batch of `n` positions, at the flat parameters
+        `theta`."""
         w = self.workers
         theta, rows = np.array(theta), np.array(rows)  # writable: the kernels' own types
-        chunks = np.arange(math.ceil(len(rows) / w.micro))
+        chunks = np.arange(len(starts) - 1)
         sse = np.zeros(len(chunks))
-        batch = Batch(rows, w.micro, 1.0 / n, with_grad, w.chunk_grads, sse)
+        batch = Batch(rows, np.array(starts), 1.0 / n, with_grad, w.chunk_grads, sse)
         w.compute_chunks(split_params(theta, w.source.n_pairs), batch, chunks)
         return sse, (w.chunk_grads[: len(chunks)] if with_grad else None)
 
 
 class ClusterWorkers(Workers):
-    """`Workers` whose micro-batches `n_workers` Ray actors compute (`Share`), at `address`
-    (`[cluster] address`); `source` is the driver's (its sizes; it computes nothing) and `log`
-    the run's. Starts a local Ray (or connects) unless this process already has one."""
+    """`Workers` whose micro-batches Ray actors (`Share`) compute, at most `n_workers` of them
+    (one per share: `shares`), at `address` (`[cluster] address`); `layout` is the store they
+    hold between them (the driver's `Layout`), `train` its training rows (what the shares
+    balance), `spec` what each worker is given but its share, and `log` the run's. Starts a
+    local Ray (or connects) unless this process already has one."""
 
-    def __init__(self, source, spec: ShareSpec, address: str, n_workers: int,
+    def __init__(self, layout: Layout, train: np.ndarray, spec: ShareSpec, cluster: tuple,
                  log: Callable[[str], None]):
-        super().__init__(source, spec.threads, spec.micro, spec.max_batch)
+        super().__init__(layout, spec.threads, spec.micro, spec.max_batch, segment=spec.segment)
+        address, n_workers = cluster
+        #: Where the shares begin (store rows), and the last one ends.
+        self.bounds = shares(train, layout.n_rows, spec.segment, n_workers)
         self.started = not ray.is_initialized()
         if self.started:
             try:
@@ -117,14 +269,26 @@ class ClusterWorkers(Workers):
                 raise TrainingError(f"[cluster] address = {address!r}: cannot start or reach "
                                     f"Ray: {str(e).splitlines()[0]}") from None
         t0 = time.perf_counter()
+        n = len(self.bounds) - 1
+        tr = spec.values["training"]  # a store per share: the cache keeps as many per run
+        spec = replace(spec, values={**spec.values, "training": {
+            **tr, "store_cache_keep": tr["store_cache_keep"] * n}})
         actor = ray.remote(Share).options(
             num_cpus=0, scheduling_strategy="SPREAD", max_restarts=MAX_RESTARTS,
             max_task_retries=MAX_RESTARTS)
-        self.actors = [actor.remote(spec) for _ in range(n_workers)]  # by value: restartable
+        self.actors = [actor.remote(spec, layout.share_rows(lo, hi), layout.files)  # by value
+                       for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+        #: What each worker said when its share was recorded (`Share.ready`).
+        self.info = self._get([a.ready.remote() for a in self.actors])
         #: The workers' process ids (the process of worker w is ``pids[w]``).
-        self.pids = self._get([a.ready.remote() for a in self.actors])
-        log(f"cluster: {n_workers} worker(s) on Ray ({address}, {spec.threads} thread(s) "
-            f"each) read and recorded the data in {time.perf_counter() - t0:.2f} s")
+        self.pids = [i["pid"] for i in self.info]
+        fewer = (f" (not {n_workers}: the store has {math.ceil(layout.n_rows / spec.segment)} "
+                 f"segment(s) of [training] segment = {spec.segment:,} rows)"
+                 if n < n_workers else "")
+        log(f"cluster: {n} worker(s) on Ray ({address}, {spec.threads} thread(s) each){fewer} "
+            f"read and recorded their shares ({min(i['rows'] for i in self.info):,} to "
+            f"{max(i['rows'] for i in self.info):,} positions) in "
+            f"{time.perf_counter() - t0:.2f} s")
 
     def close(self) -> None:
         super().close()
@@ -134,18 +298,23 @@ class ClusterWorkers(Workers):
             ray.shutdown()
 
     def _compute(self, theta: np.ndarray, batch: Batch, n_chunks: int) -> None:
-        """Micro-batch c by worker ``c % n_workers``; the results into ``batch.sse`` and
-        ``batch.chunk_grads``."""
-        n, m = len(self.actors), batch.micro
-        shares = [np.arange(w, n_chunks, n) for w in range(min(n, n_chunks))]
+        """Each micro-batch by the worker whose share holds it; the results into ``batch.sse``
+        and ``batch.chunk_grads``."""
+        starts = batch.starts
+        owner = np.searchsorted(self.bounds, batch.order[starts[:n_chunks]], side="right") - 1
+        first = np.searchsorted(owner, np.arange(len(self.actors) + 1))  # chunks in store order
         theta_ref = ray.put(theta)
-        calls = [self.actors[w].compute.remote(
-            theta_ref, np.concatenate([batch.order[c * m:(c + 1) * m] for c in chunks]),
-            len(batch.order), batch.with_grad) for w, chunks in enumerate(shares)]
-        for chunks, (sse, grads) in zip(shares, self._get(calls)):
-            batch.sse[chunks] = sse
+        calls, spans = [], []
+        for w, (a, b) in enumerate(zip(first[:-1], first[1:])):
+            if b > a:
+                calls.append(self.actors[w].compute.remote(
+                    theta_ref, batch.order[starts[a]:starts[b]] - self.bounds[w],
+                    starts[a:b + 1] - starts[a], len(batch.order), batch.with_grad))
+                spans.append(slice(a, b))
+        for span, (sse, grads) in zip(spans, self._get(calls)):
+            batch.sse[span] = sse
             if grads is not None:
-                batch.chunk_grads[chunks] = grads
+                batch.chunk_grads[span] = grads
 
     def _get(self, calls: list):
         """`ray.get(calls)`; a worker Ray could not keep alive (or that failed) as a

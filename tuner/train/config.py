@@ -43,6 +43,7 @@ MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are
 #: Largest magnitude of a learning rate, weight decay or initial parameter.
 MAX_MAGNITUDE = 1e9
 MAX_WORKERS = 4096             # Ray actors of a cluster run
+MAX_SEGMENT = 1 << 40          # store rows per segment (a store never has more)
 #: The one line that says how to get Ray (clusters and sweeps need it; nothing else does).
 RAY_MISSING = "Ray is not installed; install it with: pip install 'tuner[ray]'"
 #: The fixed values of ``[cluster] address`` (or a Ray client address "ray://HOST:PORT").
@@ -106,6 +107,12 @@ SHUFFLE_KEYS = ("shuffle", "shuffle_block")
 #: each long enough (hundreds of kilobytes of store) for the memory system to stream, while an
 #: epoch of the shipped sample still has hundreds of blocks to shuffle.
 DEFAULT_SHUFFLE_BLOCK = 1024
+#: Default ``[training] segment``: the store rows no micro-batch crosses the end of (the unit of a
+#: cluster worker's share). A data set smaller than it has one segment (its runs cut the
+#: micro-batches as before segments existed: `Config.digest` leaves the key out at this value);
+#: 6.97 M positions have 27, and a batch of 262,144 cut into 256 micro-batches of 1,024 then
+#: has about 10 more (266: 10 in each full segment, 6 in the last).
+DEFAULT_SEGMENT = 1 << 18
 
 
 def _batch_size(x):
@@ -290,6 +297,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "shuffle_block": Key((int,), DEFAULT_SHUFFLE_BLOCK,
                              f"Positions per block of shuffle = \"blocks\" (at most "
                              f"{MAX_BATCH:,}).", _between(1, MAX_BATCH)),
+        "segment": Key((int,), DEFAULT_SEGMENT,
+                       "Consecutive rows of the store (the positions in the order they are "
+                       "recorded) that make a segment: a batch, in store order, is cut into "
+                       "micro-batches every micro_batch_size positions and at every segment's "
+                       "first row, so no micro-batch holds two segments' positions. A cluster "
+                       "worker holds whole segments (at most one worker per segment); a smaller "
+                       "segment balances more workers, and adds up to one micro-batch per "
+                       f"segment to every batch (at most {MAX_SEGMENT:,}).",
+                       _between(1, MAX_SEGMENT)),
         "patience": Key((int,), 0,
                         "Early stopping: stop once the validation loss has not improved on its "
                         "best for this many epochs (0: run every epoch). The best epoch's "
@@ -376,6 +392,8 @@ class Config:
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)
+        if v["training"]["segment"] == DEFAULT_SEGMENT:  # as before the key was added
+            v["training"].pop("segment")
         if v["training"]["shuffle"] == SHUFFLES[0]:  # the position shuffle, as before the keys
             for key in SHUFFLE_KEYS:  # were added: left out, so that such runs still resume
                 v["training"].pop(key)

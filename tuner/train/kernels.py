@@ -1,7 +1,9 @@
 """Compiled kernels of the epoch loop: a micro-batch's loss and gradient, the ordered reduction,
 optimisers.
 
-A batch is cut into micro-batches ("chunks") whose boundaries do not depend on the thread count.
+A batch is cut into micro-batches ("chunks") whose boundaries do not depend on the thread count
+or the number of cluster workers (`cut_chunks`: every `micro` positions and at every segment of the
+store).
 Each chunk's loss and parameter gradient come from `replay_chunks`: its positions played from a
 frozen store, built once for the whole dataset (replay) or from this epoch's recording of the
 chunk (eager, `tuner.train.record`). Either way the same records run through the same sweeps,
@@ -55,12 +57,12 @@ def _sum_losses(outputs, n):
 
 class Batch(NamedTuple):
     """One batch's micro-batches ("chunks") as the kernels see them: chunk c is the positions
-    ``order[c * micro:(c + 1) * micro]``; its loss sum goes to ``sse[c]`` and, `with_grad`,
-    ``seed`` times its flat parameter gradient to ``chunk_grads[c]`` (seed = 1 / batch size:
-    the gradient of the batch's mean loss)."""
+    ``order[starts[c]:starts[c + 1]]`` (`cut_chunks`); its loss sum goes to ``sse[c]`` and,
+    `with_grad`, ``seed`` times its flat parameter gradient to ``chunk_grads[c]`` (seed = 1 /
+    batch size: the gradient of the batch's mean loss)."""
 
     order: np.ndarray
-    micro: int
+    starts: np.ndarray
     seed: float
     with_grad: bool
     chunk_grads: np.ndarray
@@ -72,12 +74,11 @@ def replay_chunks(store, arena, batch, chunks, outputs):
     """Every chunk c in `chunks` of `batch` (`Batch`) played from `store` in `arena`, its
     outputs in `outputs` (float64[micro, 2]). One call per worker and batch, so Python is not in
     the loop."""
-    order, micro, seed, with_grad = batch.order, batch.micro, batch.seed, batch.with_grad
+    order, starts, seed, with_grad = batch.order, batch.starts, batch.seed, batch.with_grad
     chunk_grads, sse = batch.chunk_grads, batch.sse
     n_values, n_pairs = store.params[0], store.params[1]
-    n = order.shape[0]
     for c in chunks:
-        rows = order[c * micro: min(n, (c + 1) * micro)]
+        rows = order[starts[c]: starts[c + 1]]
         if with_grad:
             _zero_param_grads(arena, n_values, n_pairs)
         if play(store, arena, rows, seed, with_grad, outputs) >= 0:
@@ -85,6 +86,33 @@ def replay_chunks(store, arena, batch, chunks, outputs):
         sse[c] = _sum_losses(outputs, rows.shape[0])
         if with_grad:
             _param_grads_out(arena, n_values, n_pairs, chunk_grads[c])
+
+
+@njit(**JIT)
+def cut_chunks(order, micro, segment, starts) -> int:
+    """Cut a batch's rows `order` (in store order) into chunks: a chunk ends after `micro`
+    positions, and before the first row of another segment of the store (rows ``s * segment``
+    to ``(s + 1) * segment - 1``), where the count of `micro` starts again. Chunk c is then
+    ``order[starts[c]:starts[c + 1]]`` (`starts`: int64, at least ``len(order) + 1``); returns
+    the number of chunks. No chunk holds rows of two segments, and where a chunk ends depends
+    only on the rows, `micro` and `segment`: so a cluster worker holding whole segments computes
+    whole chunks, the same for any number of workers."""
+    n = order.shape[0]
+    starts[0] = 0
+    k = 0
+    first = 0
+    seg = order[0] // segment if n else 0
+    for i in range(1, n):
+        s = order[i] // segment
+        if i - first == micro or s != seg:
+            k += 1
+            starts[k] = i
+            first = i
+            seg = s
+    if n:
+        k += 1
+        starts[k] = n
+    return k
 
 
 #: Bits per word of the bitmap `store_order` sorts with.

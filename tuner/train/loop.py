@@ -243,14 +243,19 @@ class Run:
         """The epochs from the current one to `self.epochs` (`data` None: the configuration's)."""
         tr = self.cfg["training"]
         prep = self.preparation()
-        ready = prep.run(data)
+        if self.cluster[1]:  # the driver records no store (tuner.train.cluster)
+            from .cluster import prepare
+            ready = prepare(prep, data)
+        else:
+            ready = prep.run(data)
         self.state.k, data, compiling = ready.k, ready.data, prep.compiling
         before = compiling.seconds
         with watch_compilation(self.observer.compile_start, compiling):
             source = ready.source(self.evaluation, prep.loss)
             bs = batch_positions(tr, len(data.train))
             workers = self.workers = self.make_workers(source, min(tr["micro_batch_size"], bs),
-                                                       min(bs, max(1, len(data.train))))
+                                                       min(bs, max(1, len(data.train))),
+                                                       data.train)
         if source.specialised:
             spent = compiling.seconds - before
             self.log(f"replay: a player specialised for the store's {len(ready.store.t_temps)} "
@@ -293,16 +298,17 @@ class Run:
         self.cluster = (self.cluster[0] if address is None else address,
                         self.cluster[1] if workers is None else workers)
 
-    def make_workers(self, source, micro: int, max_batch: int) -> Workers:
+    def make_workers(self, source, micro: int, max_batch: int, train: np.ndarray) -> Workers:
         """The batch gradient's workers: threads of this process, or with ``[cluster] workers``
-        Ray actors (`tuner.train.cluster`), each with `n_threads` threads."""
-        address, n_workers = self.cluster
-        if not n_workers:
-            return Workers(source, self.n_threads, micro, max_batch)
+        Ray actors (`tuner.train.cluster`, `source` the store's `Layout` and `train` its
+        training rows), each with `n_threads` threads."""
+        segment = self.cfg["training"]["segment"]
+        if not self.cluster[1]:
+            return Workers(source, self.n_threads, micro, max_batch, segment=segment)
         from .cluster import ClusterWorkers, ShareSpec
         spec = ShareSpec(self.cfg.values, None if self.cfg.path is None else str(self.cfg.path),
-                         self.k, self.state.theta0, self.n_threads, micro, max_batch)
-        return ClusterWorkers(source, spec, address, n_workers, self.log)
+                         self.k, self.state.theta0, self.n_threads, micro, max_batch, segment)
+        return ClusterWorkers(source, train, spec, self.cluster, self.log)
 
     def run_epoch(self, data: Data, workers: Workers) -> dict:
         """One epoch of batches of `data`'s training positions (`epoch_order`), then the validation

@@ -272,13 +272,17 @@ class DataStream:
                     self.positions(split.val))
 
 
+def record_order(train: np.ndarray, val: np.ndarray, shuffle_seed: int) -> np.ndarray:
+    """The rows a blocks run records, in its store's order (see `in_record_order`)."""
+    seq = np.random.SeedSequence(shuffle_seed, spawn_key=(RECORD_ORDER_STREAM,))
+    return np.concatenate([train[np.random.default_rng(seq).permutation(len(train))], val])
+
+
 def in_record_order(data: Data, shuffle_seed: int) -> Data:
     """`data` (in memory) reordered as a blocks run records its store: the training positions in
     a random order drawn from `shuffle_seed` (rows ``0..len(train) - 1``), then the validation
     positions in their order (the rows after); positions in neither are dropped."""
-    seq = np.random.SeedSequence(shuffle_seed, spawn_key=(RECORD_ORDER_STREAM,))
-    rows = np.concatenate([data.train[np.random.default_rng(seq).permutation(len(data.train))],
-                           data.val])
+    rows = record_order(data.train, data.val, shuffle_seed)
     n_train = len(data.train)
     return Data(take_positions(data.positions, rows), data.results[rows],
                 np.arange(n_train), np.arange(n_train, len(rows)), data.sources,

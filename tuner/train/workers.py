@@ -1,16 +1,18 @@
 """Worker threads, each with its own tape or arena: the parallel, deterministic gradient of a batch.
 
 **The gradient of a batch is the compensated sum, in micro-batch order, of micro-batch gradients
-computed by workers.** A batch is cut into micro-batches ("chunks") of `micro` positions whose
-boundaries do not depend on who computes them (`tuner.train.kernels.Batch`). A *source* of
-micro-batch gradients computes the loss sum and gradient of any chunks of a batch into the
-batch's ``sse[c]`` and ``chunk_grads[c]``: `ReplaySource` plays them from a frozen store,
-`EagerSource` records, freezes and plays them (the same records through the same sweeps, so the
-same bits). `Workers` runs one source on a pool of threads, chunk c on thread ``c % threads``,
-and `reduce_chunks` adds the chunk gradients in chunk order. Which worker computed which chunk
-therefore never changes a bit of the result, and another kind of worker (another process,
-another machine) that fills the same chunks plugs in at `Workers._compute`: Ray actors do, in
-`tuner.train.cluster`.
+computed by workers.** A batch, in store order, is cut into micro-batches ("chunks") of at most
+`micro` positions, and at every *segment* of the store (``[training] segment`` consecutive rows):
+no chunk holds rows of two segments (`tuner.train.kernels.cut_chunks`). Where a chunk ends
+depends only on the batch's rows, so not on who computes it: a thread, or a cluster worker that
+holds a range of whole segments. A *source* of micro-batch gradients computes the loss sum and
+gradient of any chunks of a batch into the batch's ``sse[c]`` and ``chunk_grads[c]``:
+`ReplaySource` plays them from a frozen store, `EagerSource` records, freezes and plays them (the
+same records through the same sweeps, so the same bits). `Workers` runs one source on a pool of
+threads, chunk c on thread ``c % threads``, and `reduce_chunks` adds the chunk gradients in chunk
+order. Which worker computed which chunk therefore never changes a bit of the result, and
+another kind of worker (another process, another machine) that fills the same chunks plugs in
+at `Workers._compute`: Ray actors do, in `tuner.train.cluster`.
 
 Every worker owns its scratch (`Source.scratch`: eager, a tape and the evaluation's scratch;
 replay, a small arena for the player); the compiled chunk kernels release the GIL, so the
@@ -41,7 +43,8 @@ from tuner.tape import new_arena, set_params
 from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import arena_size, build_store, extract, store_len
 from tuner.tape.specialise import specialisable, specialise
-from .kernels import WORD_BITS, Batch, reduce_chunks, replay_chunks, store_order
+from .config import DEFAULT_SEGMENT
+from .kernels import WORD_BITS, Batch, cut_chunks, reduce_chunks, replay_chunks, store_order
 from .record import Labelled, new_training_tape, record_positions
 
 
@@ -50,6 +53,14 @@ from .record import Labelled, new_training_tape, record_positions
 SPECIALISE_FROM = 100_000
 #: The one chunk of a one-chunk `Batch` (an eager chunk, played alone).
 FIRST_CHUNK = np.zeros(1, np.int64)
+#: Where a segment ends when the batch is not in store order (`Workers(in_store_order=False)`):
+#: never, so the chunks are cut every `micro` positions only.
+NO_SEGMENTS = np.iinfo(np.int64).max
+
+
+def one_chunk(n: int) -> np.ndarray:
+    """The `Batch.starts` of one chunk of `n` positions."""
+    return np.array([0, n], np.int64)
 
 
 def resolve_threads(threads: int) -> int:
@@ -105,7 +116,8 @@ class ReplaySource:
         epoch (into buffers of its own: it leaves no trace)."""
         if self.n_rows:
             one = np.zeros(1, np.int64)
-            batch = Batch(one, 1, 1.0, True, np.zeros((1, self.n_theta)), np.zeros(1))
+            batch = Batch(one, one_chunk(1), 1.0, True, np.zeros((1, self.n_theta)),
+                          np.zeros(1))
             self.replay_chunks(self.store, self.scratch(1)[0], batch, one, np.zeros((1, 2)))
 
 
@@ -133,9 +145,8 @@ class EagerSource:
         """Each chunk of `chunks`: recorded, frozen and played on its own (without gradients
         every chunk shares gradient buffer 0, which is not written)."""
         reg = self.evaluation.registry
-        n = len(batch.order)
         for c in chunks:
-            rows = batch.order[c * batch.micro: min(n, (c + 1) * batch.micro)]
+            rows = batch.order[batch.starts[c]: batch.starts[c + 1]]
             slots = scratch["slots"][:, : len(rows)]
             scratch["tape"], scratch["scratch"] = record_positions(
                 self.evaluation, scratch["tape"], scratch["scratch"], self.batch, rows, slots)
@@ -147,25 +158,30 @@ class EagerSource:
                 arena = scratch["arena"] = new_arena(*arena_size(store))
             set_params(arena, *theta_views)
             g = c if batch.with_grad else 0
-            one = Batch(np.arange(len(rows)), len(rows), batch.seed, batch.with_grad,
-                        batch.chunk_grads[g: g + 1], batch.sse[c: c + 1])
+            one = Batch(np.arange(len(rows)), one_chunk(len(rows)), batch.seed,
+                        batch.with_grad, batch.chunk_grads[g: g + 1], batch.sse[c: c + 1])
             replay_chunks(store, arena, one, FIRST_CHUNK, scratch["outputs"])
 
 
 class Workers:
-    """A pool of `n_threads` workers computing the micro-batches of `micro` positions of
-    batches of at most `max_batch` from `source` (`ReplaySource` or `EagerSource`).
+    """A pool of `n_threads` workers computing the micro-batches (of at most `micro` positions,
+    none across two segments of `segment` rows of the store) of batches of at most `max_batch`
+    from `source` (`ReplaySource` or `EagerSource`).
 
     `in_store_order` takes each batch's positions in store order (see the module docstring);
-    False keeps the order given, for benchmarks that compare the two.
+    False keeps the order given and cuts it every `micro` positions only, for benchmarks that
+    compare the two.
     """
 
     def __init__(self, source, n_threads: int, micro: int, max_batch: int,
-                 in_store_order: bool = True):
+                 in_store_order: bool = True, segment: int = DEFAULT_SEGMENT):
         self.source = source
         self.n_threads = n_threads
         self.micro = micro
-        self.max_chunks = math.ceil(max_batch / micro)
+        self.segment = segment if in_store_order else NO_SEGMENTS
+        #: At most one chunk more than `micro` fills per segment a batch touches.
+        self.max_chunks = (math.ceil(max_batch / micro)
+                           + min(max_batch, math.ceil(source.n_rows / segment)))
         self.chunk_grads = np.zeros((self.max_chunks, source.n_theta))
         self.grad = np.zeros(source.n_theta)
         self.scratch = [source.scratch(micro) for _ in range(n_threads)]
@@ -203,10 +219,12 @@ class Workers:
         if self.in_store_order:
             order = self._in_store_order(order, self.source.n_rows)
         n = len(order)
-        n_chunks = math.ceil(n / self.micro)
+        starts = np.empty(n + 1, np.int64)
+        n_chunks = cut_chunks(order, self.micro, self.segment, starts)
         if with_grad and n_chunks > self.max_chunks:
             raise ValueError("batch larger than the workers were sized for")
-        batch = Batch(order, self.micro, 1.0 / n, with_grad, self.chunk_grads, np.zeros(n_chunks))
+        batch = Batch(order, starts[: n_chunks + 1], 1.0 / n, with_grad, self.chunk_grads,
+                      np.zeros(n_chunks))
         self._compute(theta, batch, n_chunks)
         total = math.fsum(batch.sse)
         if not with_grad:
