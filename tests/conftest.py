@@ -8,7 +8,11 @@ where a cold run's time goes (with ``--durations``).
 
 Under pytest-xdist (``make test``: ``-n 2``) the controller first compiles what most test files
 share (a one-epoch training run of the Clockwork evaluation on `tiny`, and its ``eval``) into the
-Numba cache, so that the workers load that machine code instead of each compiling it."""
+Numba cache, so that the workers load that machine code instead of each compiling it. With
+``--dist loadfile`` a file runs whole on one worker and the slowest file bounds the run's wall
+time, so the files that take longest (`SLOW_FILES`) are collected, and therefore handed out,
+first, and xdist's own reordering (largest test count first, which put the one-test wheel file
+last) is turned off."""
 from __future__ import annotations
 
 import sys
@@ -29,9 +33,32 @@ COMPILE_REPORT_LINES = 40
 _COMPILE_TIMES = pytest.StashKey[dict[str, CompileWatch]]()
 
 
+#: The test files that take longest, slowest first (``--durations`` of the whole suite, warm and
+#: cold, on 2 cores, 2026-12-02): started first, so that no worker starts one while the other is
+#: finishing the small ones. Only the order depends on it; a file not named keeps its place.
+SLOW_FILES = ("test_package_wheel.py", "test_cluster.py", "test_tape_specialise.py",
+              "test_train_recovery.py", "test_sweep.py", "test_tape_ops.py",
+              "test_eval_reference_10d79e6.py", "test_train_quality.py",
+              "test_store_validation.py", "test_tape_player.py", "test_eval_indices.py",
+              "test_cache_folders.py", "test_train_replay.py", "test_chess_fen.py",
+              "test_train_faults.py", "test_train_determinism.py", "test_train_cv.py",
+              "test_train_shuffle.py", "test_plots.py", "test_train_stream.py")
+
+
 def pytest_addoption(parser):
     parser.addoption("--compile-times", action="store_true",
                      help="report the seconds each test spent compiling with Numba")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order collected
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """`SLOW_FILES` first, in that order; the others after them in their collected order."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
 
 
 @pytest.hookimpl(hookwrapper=True)
