@@ -15,6 +15,8 @@ first, and xdist's own reordering (largest test count first, which put the one-t
 last) is turned off."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -86,20 +88,29 @@ WARM_UP_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 
 def pytest_sessionstart(session):
     """Under pytest-xdist, in the controller before the workers start (xdist starts them in its
-    own, later hook): compile the shared kernels once (see the module's docstring). A failure
-    here is reported and left to the tests."""
+    own, later hook): compile the shared kernels once (see the module's docstring), ``tuner
+    eval`` in a subprocess while ``tuner train`` runs here (a compilation takes one core: two at
+    once use both). A failure here is reported and left to the tests."""
     config = session.config
     if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
         return
+    import tuner
     from tuner.cli import main  # only here: a plain run imports no command
+    paths = [str(Path(tuner.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))  # these sources
+    evaluating = subprocess.Popen([sys.executable, "-m", "tuner.cli", "eval", WARM_UP_FEN],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
     with tempfile.TemporaryDirectory(prefix="tuner-warm-up-") as tmp:
         (Path(tmp) / "warm-up.toml").write_text(WARM_UP_CONFIG)
-        for args in (["train", "--config", str(Path(tmp) / "warm-up.toml"), "--out",
-                      str(Path(tmp) / "run")], ["eval", WARM_UP_FEN]):
-            r = CliRunner().invoke(main, args)
-            if r.exit_code != 0:
-                sys.stderr.write(f"warm-up `tuner {args[0]}` failed ({r.exit_code}): "
-                                 f"{r.output[-2000:]}\n")
+        r = CliRunner().invoke(main, ["train", "--config", str(Path(tmp) / "warm-up.toml"),
+                                      "--out", str(Path(tmp) / "run")])
+    failed = [] if r.exit_code == 0 else [("train", r.exit_code, r.output)]
+    _, err = evaluating.communicate()
+    if evaluating.returncode != 0:
+        failed.append(("eval", evaluating.returncode, err))
+    for command, code, output in failed:
+        sys.stderr.write(f"warm-up `tuner {command}` failed ({code}): {output[-2000:]}\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -123,6 +134,18 @@ def tiny_data():
     """`tiny` split for training by the default ``[data]`` keys (5% of its games held out for
     validation, split seed 1): 3,723 training and 277 validation positions."""
     return load_data(validate({"data": {"train": ["tiny"]}}, "tiny"), lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def no_loss_plot():
+    """For a test module (``pytestmark = pytest.mark.usefixtures("no_loss_plot")``, set up before
+    its other module fixtures): its training runs draw no ``loss.png``, which matplotlib takes
+    most of a short run's time to draw (e.g. 1.2 of 1.6 s, test_store_validation's runs); the
+    loss.csv beside it and everything else a run does stay. The picture itself:
+    tests/test_train_outputs.py, tests/test_plot.py."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tuner.train.plot.write_loss_plot", lambda path, history, **kw: None)
+        yield
 
 
 @pytest.fixture(scope="module")
