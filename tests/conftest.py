@@ -37,14 +37,17 @@ _COMPILE_TIMES = pytest.StashKey[dict[str, CompileWatch]]()
 
 #: The test files that take longest, slowest first (``--durations`` of the whole suite, warm and
 #: cold, on 2 cores, 2026-12-02): started first, so that no worker starts one while the other is
-#: finishing the small ones. Only the order depends on it; a file not named keeps its place.
-SLOW_FILES = ("test_package_wheel.py", "test_cluster.py", "test_tape_specialise.py",
-              "test_train_recovery.py", "test_sweep.py", "test_tape_ops.py",
-              "test_eval_reference_10d79e6.py", "test_train_quality.py",
-              "test_store_validation.py", "test_tape_player.py", "test_eval_indices.py",
-              "test_cache_folders.py", "test_train_replay.py", "test_chess_fen.py",
-              "test_train_faults.py", "test_train_determinism.py", "test_train_cv.py",
-              "test_train_shuffle.py", "test_plots.py", "test_train_stream.py")
+#: finishing the small ones. test_tape_specialise.py comes after test_tape_player.py and
+#: test_store_validation.py, which compile (cold) the interpreter and most of the kernels its
+#: specialised player calls: it loads them instead of compiling them at the same time. Only the
+#: order depends on this list; a file not named keeps its place after these.
+SLOW_FILES = ("test_package_wheel.py", "test_cluster.py", "test_train_recovery.py",
+              "test_sweep.py", "test_tape_ops.py", "test_eval_reference_10d79e6.py",
+              "test_train_quality.py", "test_store_validation.py", "test_tape_player.py",
+              "test_eval_indices.py", "test_cache_folders.py", "test_train_replay.py",
+              "test_chess_fen.py", "test_train_faults.py", "test_train_determinism.py",
+              "test_train_cv.py", "test_train_shuffle.py", "test_plots.py",
+              "test_train_stream.py", "test_tape_specialise.py")
 
 
 def pytest_addoption(parser):
