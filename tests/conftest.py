@@ -8,9 +8,15 @@ where a cold run's time goes (with ``--durations``).
 
 Under pytest-xdist (``make test``: ``-n 2``) the controller first compiles what most test files
 share (a one-epoch training run of the Clockwork evaluation on `tiny`, and its ``eval``) into the
-Numba cache, so that the workers load that machine code instead of each compiling it."""
+Numba cache, so that the workers load that machine code instead of each compiling it. With
+``--dist loadfile`` a file runs whole on one worker and the slowest file bounds the run's wall
+time, so the files that take longest (`SLOW_FILES`) are collected, and therefore handed out,
+first, and xdist's own reordering (largest test count first, which put the one-test wheel file
+last) is turned off."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,9 +35,35 @@ COMPILE_REPORT_LINES = 40
 _COMPILE_TIMES = pytest.StashKey[dict[str, CompileWatch]]()
 
 
+#: The test files that take longest, slowest first (``--durations`` of the whole suite, warm and
+#: cold, on 2 cores, 2026-12-02): started first, so that no worker starts one while the other is
+#: finishing the small ones. test_tape_specialise.py comes after test_tape_player.py and
+#: test_store_validation.py, which compile (cold) the interpreter and most of the kernels its
+#: specialised player calls: it loads them instead of compiling them at the same time. Only the
+#: order depends on this list; a file not named keeps its place after these.
+SLOW_FILES = ("test_package_wheel.py", "test_cluster.py", "test_train_recovery.py",
+              "test_sweep.py", "test_tape_ops.py", "test_eval_reference_10d79e6.py",
+              "test_train_quality.py", "test_store_validation.py", "test_tape_player.py",
+              "test_eval_indices.py", "test_cache_folders.py", "test_train_replay.py",
+              "test_chess_fen.py", "test_train_faults.py", "test_train_determinism.py",
+              "test_train_cv.py", "test_train_shuffle.py", "test_plots.py",
+              "test_train_stream.py", "test_tape_specialise.py")
+
+
 def pytest_addoption(parser):
     parser.addoption("--compile-times", action="store_true",
                      help="report the seconds each test spent compiling with Numba")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order collected
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """`SLOW_FILES` first, in that order; the others after them in their collected order."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -59,20 +91,29 @@ WARM_UP_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 
 def pytest_sessionstart(session):
     """Under pytest-xdist, in the controller before the workers start (xdist starts them in its
-    own, later hook): compile the shared kernels once (see the module's docstring). A failure
-    here is reported and left to the tests."""
+    own, later hook): compile the shared kernels once (see the module's docstring), ``tuner
+    eval`` in a subprocess while ``tuner train`` runs here (a compilation takes one core: two at
+    once use both). A failure here is reported and left to the tests."""
     config = session.config
     if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
         return
+    import tuner
     from tuner.cli import main  # only here: a plain run imports no command
+    paths = [str(Path(tuner.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))  # these sources
+    evaluating = subprocess.Popen([sys.executable, "-m", "tuner.cli", "eval", WARM_UP_FEN],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
     with tempfile.TemporaryDirectory(prefix="tuner-warm-up-") as tmp:
         (Path(tmp) / "warm-up.toml").write_text(WARM_UP_CONFIG)
-        for args in (["train", "--config", str(Path(tmp) / "warm-up.toml"), "--out",
-                      str(Path(tmp) / "run")], ["eval", WARM_UP_FEN]):
-            r = CliRunner().invoke(main, args)
-            if r.exit_code != 0:
-                sys.stderr.write(f"warm-up `tuner {args[0]}` failed ({r.exit_code}): "
-                                 f"{r.output[-2000:]}\n")
+        r = CliRunner().invoke(main, ["train", "--config", str(Path(tmp) / "warm-up.toml"),
+                                      "--out", str(Path(tmp) / "run")])
+    failed = [] if r.exit_code == 0 else [("train", r.exit_code, r.output)]
+    _, err = evaluating.communicate()
+    if evaluating.returncode != 0:
+        failed.append(("eval", evaluating.returncode, err))
+    for command, code, output in failed:
+        sys.stderr.write(f"warm-up `tuner {command}` failed ({code}): {output[-2000:]}\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -96,6 +137,18 @@ def tiny_data():
     """`tiny` split for training by the default ``[data]`` keys (5% of its games held out for
     validation, split seed 1): 3,723 training and 277 validation positions."""
     return load_data(validate({"data": {"train": ["tiny"]}}, "tiny"), lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def no_loss_plot():
+    """For a test module (``pytestmark = pytest.mark.usefixtures("no_loss_plot")``, set up before
+    its other module fixtures): its training runs draw no ``loss.png``, which matplotlib takes
+    most of a short run's time to draw (e.g. 1.2 of 1.6 s, test_store_validation's runs); the
+    loss.csv beside it and everything else a run does stay. The picture itself:
+    tests/test_train_outputs.py, tests/test_plot.py."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tuner.train.plot.write_loss_plot", lambda path, history, **kw: None)
+        yield
 
 
 @pytest.fixture(scope="module")

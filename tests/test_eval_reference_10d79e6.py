@@ -10,6 +10,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tuner.chess.fen import parse_fen
+
 import shared
 import reference_clockwork_10d79e6 as ref
 from test_eval_reference import random_game_positions
@@ -79,21 +81,29 @@ def _in_domain(board):
             and not board.pawns & (chess.BB_RANK_1 | chess.BB_RANK_8))
 
 
-def _compiled(fen, params=None, value_params=None):
-    """(integer white_pov, continuous, phase) from the compiled evaluation."""
+def _compiled(fens, params=None, value_params=None):
+    """(integer white_pov, continuous, phase) of each FEN from the compiled evaluation: one
+    batch (the parameters are converted once, not for each position), checked against
+    ``evaluate_fen`` (one FEN, what a user calls) on the first."""
     from tuner.evals import clockwork_10d79e6 as compiled
-    got_int, got_cont, phase = compiled.evaluate_fen(fen, params, value_params)
-    return got_int, got_cont, phase
+    positions = []
+    for fen in fens:
+        pos = parse_fen(fen)
+        compiled.check_domain(pos)
+        positions.append(pos)
+    ie, cont, phase = compiled.evaluate_positions(np.stack(positions), params, value_params)
+    got = [(int(i), float(c), int(p)) for i, c, p in zip(ie, cont, phase)]
+    assert tuple(compiled.evaluate_fen(fens[0], params, value_params)) == got[0]
+    return got
 
 
 def _check_compiled(boards, pairs=None, values=None):
     assert boards
     ref_params = None if pairs is None else (pairs, values)
-    for b in boards:
-        assert _in_domain(b), b.fen()
-        fen = b.fen()
+    fens = [b.fen() for b in boards]
+    for b, fen, (got_int, got_cont, phase) in zip(boards, fens, _compiled(fens, pairs, values)):
+        assert _in_domain(b), fen
         r = ref.reference_eval(b, ref_params)
-        got_int, got_cont, phase = _compiled(fen, pairs, values)
         assert got_int == r["white_pov"], (fen, got_int, r["white_pov"])
         assert abs(got_cont - r["continuous"]) <= 1e-9, (fen, got_cont, r["continuous"])
         assert phase == r["phase"], (fen, phase, r["phase"])

@@ -1,16 +1,21 @@
 """The installed package: a wheel built from this checkout, installed into a fresh virtual
 environment outside the repository, run from a temporary directory.
 
-Slow by nature (an install, a training run): one test runs every command. The installed copy
-shares the suite's Numba cache, keyed by the sources' contents wherever they are, so it compiles
-only what the suite has not. It uses nothing of the package in-process but the CLI (and where the
-cache is), so that it runs against any version of the sources.
+Slow by nature (a build, a training run): one test runs every command. The fresh environment
+sees the suite's own packages (numba, numpy, ...) through a path file instead of installing them
+again (that took most of the test's time, a download or unpacking of each and their bytecode
+compilation), and `pip check` proves that they satisfy the wheel's requirements, which must be
+the project's. The installed copy shares the suite's Numba cache, keyed by the sources' contents
+wherever they are, so it compiles only what the suite has not. It uses nothing of the package
+in-process but the CLI (and where the cache is), so that it runs against any version of the
+sources.
 """
 from __future__ import annotations
 
 import email.parser
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -77,6 +82,19 @@ def build_wheel(tmp: Path, env: dict) -> Path:
     return wheel
 
 
+def fresh_environment(venv: Path, env: dict) -> Path:
+    """A virtual environment at `venv` without pip (this interpreter's pip installs into it)
+    whose site-packages lists this interpreter's site folders in a path file, so that the
+    installed copy imports the suite's dependencies. A path file's folders are only put on the
+    path (their own path files are not run), so the suite's editable install of the project is
+    not seen; the installed copy's site-packages comes first. Its site-packages folder."""
+    run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent, env)
+    (packages,) = (venv / "lib").glob("python*/site-packages")
+    (packages / "tuner-test-dependencies.pth").write_text(
+        "".join(f"{p}\n" for p in site.getsitepackages()))
+    return packages
+
+
 def test_wheel_installs_and_runs_from_any_directory(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("TUNER_DATASETS", "VIRTUAL_ENV", "PYTHONPATH")}
@@ -94,11 +112,15 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
     assert [p for p in PACKAGE_DATA if p not in names] == []
     assert not any(n.startswith(("datasets/", "configs/", "tests/")) for n in names)
     assert meta["Requires-Python"] == MIN_PYTHON
+    assert meta.get_all("Requires-Dist")[:len(dependencies())] == dependencies()
 
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", venv], tmp_path, env)
-    run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel], tmp_path, env,
+    packages = fresh_environment(venv, env)
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python"]
+    run([*pip, "install", "--no-deps", "--no-index", "-q", wheel], tmp_path, env,
         INSTALL_TIMEOUT_S)
+    run([*pip, "check"], tmp_path, env)  # the visible packages satisfy what the wheel needs
+    assert (packages / "tuner" / "__init__.py").is_file()
     exe = venv / "bin" / "tuner"
     work = tmp_path / "work"  # an empty directory outside the repository
     work.mkdir()
@@ -116,8 +138,7 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
 
     r = run([exe, "data", "list"], work, env)
     lines = r.stdout.splitlines()
-    shipped = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
-        "site-packages" / "tuner" / "samples" / "registry.toml"
+    shipped = packages / "tuner" / "samples" / "registry.toml"
     assert lines[1:4] == ["  1. datasets/registry.toml (current directory): none there",
                           "  2. $TUNER_DATASETS: not set",
                           f"  3. {shipped} (shipped with tuner): 3 datasets"], r.stdout
@@ -165,6 +186,15 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
     assert here.exit_code == 0 and r.stdout == here.stdout and "PAWN_MAT" in r.stdout
 
 
-def tuner_version() -> str:
+def project() -> dict:
     with open(REPO / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["version"]
+        return tomllib.load(f)["project"]
+
+
+def tuner_version() -> str:
+    return project()["version"]
+
+
+def dependencies() -> list[str]:
+    """The project's requirements (without their comments), as a wheel's metadata lists them."""
+    return project()["dependencies"]

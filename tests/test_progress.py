@@ -2,6 +2,7 @@
 import shutil
 
 import numpy as np
+import pytest
 from numba import njit
 
 from shared import REPO
@@ -10,6 +11,8 @@ from tuner.cli.terminal import TerminalObserver
 from tuner.train.config import load_config
 from tuner.train.loop import Run, load_data
 from tuner.train.progress import Observer
+
+pytestmark = pytest.mark.usefixtures("no_loss_plot")  # conftest.py: no loss.png drawn
 
 
 def test_the_watch_sees_a_compilation_once_and_before_it():

@@ -36,6 +36,8 @@ from tuner.train.record import LOSS, record_store
 from test_tape_graphs import N_PP, N_VP, SETTINGS, plans
 from test_tape_player import record_positions
 
+pytestmark = pytest.mark.usefixtures("no_loss_plot")  # conftest.py: no loss.png drawn
+
 K = 0.0025
 #: Positions of the stores the runs below keep (a few hundred: each run takes well under 1 s).
 N = 300

@@ -1,7 +1,7 @@
 """Specialised players (tuner/tape/specialise.py): a store's templates written out as code.
 
 * Every form of the table (`tuner.tape.ops.FORM_TABLE`, each loss form too), in random composite
-  graphs (the generator of test_tape_graphs.py) as the positions of one store of several
+  graphs (the generator of test_tape_graphs.py) as the positions of one store of two
   templates: the specialised player gives the interpreter's outputs, slots and parameter
   gradients bit for bit, forward only and with gradients, rows shuffled and repeated. One small
   store covers every form, and one compiled module serves every test (the suite compiles one).
@@ -38,6 +38,8 @@ from test_tape_graphs import N_PP, N_VP, OPS, make_plan, record_plan
 from test_tape_player import K, assert_same_bits, fresh_arena
 
 SEED = 20261201
+#: Templates of the store (a plan each).
+N_TEMPLATES = 2
 
 
 def covering_plans(n_plans: int, length: int):
@@ -70,10 +72,12 @@ def record_positions(plans, targets, vparams, pparams):
 
 @pytest.fixture(scope="module")
 def store_and_point():
-    plans, vparams, pparams = covering_plans(2, 2)
-    # Each plan with each loss form (four templates), each twice: positions that differ only in
-    # their targets.
-    positions = [p for p in plans for _ in ops.LOSS_FORMS for _ in range(2)]
+    plans, vparams, pparams = covering_plans(N_TEMPLATES, 2)
+    # Plan i with loss form i (`record_positions`: two templates, every form between them; the
+    # fewer templates, the less the specialised player takes to compile), each twice: positions
+    # that differ only in their targets.
+    assert len(plans) == len(ops.LOSS_FORMS)
+    positions = [p for _ in range(2) for p in plans]
     targets = np.random.default_rng(SEED).uniform(0, 1, len(positions))
     g, outputs = record_positions(positions, targets, vparams, pparams)
     store = freeze(g.tape.rec, outputs)
@@ -102,7 +106,7 @@ def test_the_store_covers_every_form(store_and_point):
     forms = {int(t) >> ops.KERNEL_BITS for t in store.t_op}
     # Leaves, n-ary records, both losses: every form of the table.
     assert forms == set(range(ops.N_FORMS)), set(ops.FORM_NAMES) - {ops.FORM_NAMES[f] for f in forms}
-    assert len(store.t_temps) == 4 and specialisable(store)
+    assert len(store.t_temps) == N_TEMPLATES and specialisable(store)
 
 
 def test_the_generated_calls_are_labelled_with_their_tags(store_and_point):
@@ -112,7 +116,7 @@ def test_the_generated_calls_are_labelled_with_their_tags(store_and_point):
         assert f"  # {ops.tag_name(op)}\n" in source
     assert "import inspect" not in source and "def replay_chunks" not in source
     summary = template_summary(store)
-    assert summary.count("template ") == 4 and ops.tag_name(int(store.t_op[0])) in summary
+    assert summary.count("template ") == N_TEMPLATES and ops.tag_name(int(store.t_op[0])) in summary
 
 
 @pytest.mark.parametrize("scale", [1e-2, 1.0])

@@ -19,6 +19,8 @@ from tuner.train.pull import Pull
 from tuner.train.split import fold_of, group_ids, split_by_group
 from tuner.train.workers import EagerSource, Workers
 
+pytestmark = pytest.mark.usefixtures("no_loss_plot")  # conftest.py: no loss.png drawn
+
 K = 0.0025
 
 

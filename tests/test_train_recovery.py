@@ -24,6 +24,8 @@ from tuner.train.config import load_config, validate
 from tuner.train.loop import Data, Run, load_data
 from tuner.train.workers import EagerSource, Workers
 
+pytestmark = pytest.mark.usefixtures("no_loss_plot")  # conftest.py: no loss.png drawn
+
 K = 0.0025
 #: Entries (mg or eg) whose phase-weighted total |count| over the data is at least this are
 #: "frequent"; the stricter set gets a stricter bound.
