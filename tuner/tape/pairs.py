@@ -10,7 +10,11 @@ scalar loops of `tuner.tape.ops` (``mg += c * pv[j, 0]`` from 0.0 first to last)
 are the same bits; only the instruction count changes.
 
 Operands are packed words (see `tuner.tape.ops.operand`): ``slot << bits | coefficient +
-2^(bits - 1)``, bits > 0.
+2^(bits - 1)``, bits > 0. A coefficient of at most `TABLE_BITS` bits is read from a table of the
+(exact, small integer) values rather than converted: one load and broadcast instead of three
+instructions. `pair_dot_axpy` runs one list's dot product and another's axpy in one loop: the dot
+product is a chain of dependent adds (3 cycles each), and the axpy's independent work fills the
+cycles between them.
 """
 from __future__ import annotations
 
@@ -72,9 +76,9 @@ class _Operands:
                     self.from_table = from_table
                     emit()
 
-    def operand(self, builder, i, rows):
-        """Operand ``i``'s coefficient splat and, for each (base, stride) of `rows`, a pointer
-        to its pair there."""
+    def operand(self, builder, i, row):
+        """Operand ``i``'s coefficient splat and a pointer to its pair in the array of `row`
+        (base address, row stride)."""
         w = builder.load(builder.gep(self.words.data, [i]))
         if w.type.width < 64:
             w = builder.sext(w, _I64) if self.signed else builder.zext(w, _I64)
@@ -86,8 +90,9 @@ class _Operands:
         splat = builder.shuffle_vector(
             builder.insert_element(ir.Constant(_V2, ir.Undefined), c, _I32(0)),
             ir.Constant(_V2, ir.Undefined), ir.Constant(ir.VectorType(_I32, 2), [0, 0]))
-        return splat, [builder.inttoptr(builder.add(base, builder.mul(slot, row)),
-                                        _V2.as_pointer()) for base, row in rows]
+        base, stride = row
+        return splat, builder.inttoptr(builder.add(base, builder.mul(slot, stride)),
+                                       _V2.as_pointer())
 
 
 def _loop(builder, first, end, body):
@@ -108,16 +113,38 @@ def _loop(builder, first, end, body):
     builder.position_at_end(done)
 
 
-def _dot_step(builder, acc_slot, splat, ptr):
-    """``acc += splat * pair``."""
-    builder.store(builder.fadd(builder.load(acc_slot),
-                               builder.fmul(splat, builder.load(ptr, align=8))), acc_slot)
+def _lists(builder, ops, dot=None, axpy=None):
+    """The loops of a dot product over the list ``dot = (row, first, n)`` (`_Operands.row`) and
+    of an axpy over ``axpy = (row, first, n, g)``, either None, interleaved as far as both go;
+    each list in its order. Returns the dot product's accumulator (an alloca of a pair)."""
+    acc = cgutils.alloca_once(builder, _V2)  # (mem2reg makes it a register)
+    builder.store(ir.Constant(_V2, [0.0, 0.0]), acc)
 
+    def dot_step(i):  # acc += c * pair
+        splat, ptr = ops.operand(builder, i, dot[0])
+        builder.store(builder.fadd(builder.load(acc),
+                                   builder.fmul(splat, builder.load(ptr, align=8))), acc)
 
-def _axpy_step(builder, g, splat, ptr):
-    """``pair += splat * g``."""
-    builder.store(builder.fadd(builder.load(ptr, align=8), builder.fmul(splat, g)), ptr,
-                  align=8)
+    def axpy_step(i):  # pair += c * g
+        splat, ptr = ops.operand(builder, i, axpy[0])
+        builder.store(builder.fadd(builder.load(ptr, align=8), builder.fmul(splat, axpy[3])),
+                      ptr, align=8)
+
+    def both(k):
+        dot_step(builder.add(dot[1], k))
+        axpy_step(builder.add(axpy[1], k))
+
+    def loops():
+        m = ir.Constant(_I64, 0)
+        if dot and axpy:
+            m = builder.select(builder.icmp_signed("<", dot[2], axpy[2]), dot[2], axpy[2])
+            _loop(builder, m.type(0), m, both)
+        for lst, step in ((dot, dot_step), (axpy, axpy_step)):
+            if lst:
+                _loop(builder, builder.add(lst[1], m), builder.add(lst[1], lst[2]), step)
+
+    ops.versions(builder, loops)
+    return acc
 
 
 def _int64(context, builder, signature, args, k):
@@ -131,12 +158,6 @@ def _pair(context, builder, ty, value):
         x = context.cast(builder, builder.extract_value(value, k), ty[k], types.float64)
         v = builder.insert_element(v, x, _I32(k))
     return v
-
-
-def _accumulator(builder):
-    acc_slot = cgutils.alloca_once(builder, _V2)  # (mem2reg makes it a register)
-    builder.store(ir.Constant(_V2, [0.0, 0.0]), acc_slot)
-    return acc_slot
 
 
 def _pair_tuple(context, builder, signature, acc_slot):
@@ -170,17 +191,9 @@ def pair_dot(typingctx, pv, idx, first, n, bits):
 
     def codegen(context, builder, signature, args):
         ops = _Operands(context, builder, signature, args, 1, 4)
-        rows = [ops.row(context, builder, signature.args[0], args[0])]
-        acc = _accumulator(builder)
-        first = _int64(context, builder, signature, args, 2)
-
-        def body(i):
-            splat, (ptr,) = ops.operand(builder, i, rows)
-            _dot_step(builder, acc, splat, ptr)
-
-        end = builder.add(first, _int64(context, builder, signature, args, 3))
-        ops.versions(builder, lambda: _loop(builder, first, end, body))
-        return _pair_tuple(context, builder, signature, acc)
+        dot = (ops.row(context, builder, signature.args[0], args[0]),
+               *(_int64(context, builder, signature, args, k) for k in (2, 3)))
+        return _pair_tuple(context, builder, signature, _lists(builder, ops, dot=dot))
 
     return types.UniTuple(types.float64, 2)(pv, idx, first, n, bits), codegen
 
@@ -194,20 +207,12 @@ def pair_axpy(typingctx, pg, idx, first, n, bits, g0, g1):
 
     def codegen(context, builder, signature, args):
         ops = _Operands(context, builder, signature, args, 1, 4)
-        rows = [ops.row(context, builder, signature.args[0], args[0])]
-        g = ir.Constant(_V2, ir.Undefined)
-        for k in range(2):
-            g = builder.insert_element(g, context.cast(builder, args[5 + k],
-                                                       signature.args[5 + k], types.float64),
-                                       _I32(k))
-        first = _int64(context, builder, signature, args, 2)
-
-        def body(i):
-            splat, (ptr,) = ops.operand(builder, i, rows)
-            _axpy_step(builder, g, splat, ptr)
-
-        end = builder.add(first, _int64(context, builder, signature, args, 3))
-        ops.versions(builder, lambda: _loop(builder, first, end, body))
+        g = context.make_tuple(builder, types.UniTuple(types.float64, 2), [
+            context.cast(builder, args[k], signature.args[k], types.float64) for k in (5, 6)])
+        axpy = (ops.row(context, builder, signature.args[0], args[0]),
+                *(_int64(context, builder, signature, args, k) for k in (2, 3)),
+                _pair(context, builder, types.UniTuple(types.float64, 2), g))
+        _lists(builder, ops, axpy=axpy)
         return context.get_dummy_value()
 
     return types.void(pg, idx, first, n, bits, g0, g1), codegen
@@ -228,32 +233,11 @@ def pair_dot_axpy(typingctx, pv, pg, idx, bits, fwd, bwd, g):
     def codegen(context, builder, signature, args):
         ops = _Operands(context, builder, signature, args, 2, 3)
         sig = signature.args
-        rows_v = [ops.row(context, builder, sig[0], args[0])]
-        rows_g = [ops.row(context, builder, sig[1], args[1])]
         (f0, fn), (b0, bn) = ([context.cast(builder, builder.extract_value(args[k], j), sig[k][j],
                                             types.int64) for j in range(2)] for k in (4, 5))
-        gv = _pair(context, builder, sig[6], args[6])
-        acc = _accumulator(builder)
-        m = builder.select(builder.icmp_signed("<", fn, bn), fn, bn)
-
-        def fwd_step(i):
-            splat, (ptr,) = ops.operand(builder, i, rows_v)
-            _dot_step(builder, acc, splat, ptr)
-
-        def bwd_step(i):
-            splat, (ptr,) = ops.operand(builder, i, rows_g)
-            _axpy_step(builder, gv, splat, ptr)
-
-        def both(k):
-            fwd_step(builder.add(f0, k))
-            bwd_step(builder.add(b0, k))
-
-        def loops():
-            _loop(builder, ir.Constant(_I64, 0), m, both)
-            _loop(builder, builder.add(f0, m), builder.add(f0, fn), fwd_step)
-            _loop(builder, builder.add(b0, m), builder.add(b0, bn), bwd_step)
-
-        ops.versions(builder, loops)
-        return _pair_tuple(context, builder, signature, acc)
+        dot = (ops.row(context, builder, sig[0], args[0]), f0, fn)
+        axpy = (ops.row(context, builder, sig[1], args[1]), b0, bn,
+                _pair(context, builder, sig[6], args[6]))
+        return _pair_tuple(context, builder, signature, _lists(builder, ops, dot, axpy))
 
     return types.UniTuple(types.float64, 2)(pv, pg, idx, bits, fwd, bwd, g), codegen
