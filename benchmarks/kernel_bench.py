@@ -2,10 +2,13 @@
 cache (--positions, default 2048, of the shipped sample), played over and over in store order.
 
 A term is an operand or a record (`benchmarks.roofline.terms_per_position`). For each evaluation
-it prints the specialised player (`tuner.tape.specialise`, what the epochs use) and the
-interpreter (`tuner.tape.player.play`), each with gradients (forward and backward, what an epoch
-runs) and forward only (what a validation pass runs). Times are this thread's CPU time, the
-median of --repeat, so that other processes on a shared machine count less.
+it prints the specialised player (`tuner.tape.specialise`, what the epochs use), the same
+without running a position's first backward with the next forward (``undeferred``: see
+`tuner.tape.specialise.deferred`) and the interpreter (`tuner.tape.player.play`), each with
+gradients (forward and backward, what an epoch runs) and forward only (what a validation pass
+runs). Times are this thread's CPU time, the median of --repeat, so that other processes on a
+shared machine count less; the players take turns, one repeat each, so that a change of load
+falls on all of them.
 
     .venv/bin/python benchmarks/kernel_bench.py [--positions N] [--repeat R]
                                                 [--evaluations clockwork ...]
@@ -19,7 +22,7 @@ import numpy as np
 from tuner.evals import get_evaluation
 from tuner.tape.arena import new_arena, set_params
 from tuner.tape.player import arena_size, play
-from tuner.tape.specialise import specialise
+from tuner.tape import specialise as specialising
 from tuner.train.bench import tiled_data
 from tuner.train.record import record_store
 
@@ -27,13 +30,13 @@ from roofline import EVALUATIONS, terms_per_position
 
 #: Position replays per measurement (about a second of work).
 REPLAYS = 3_000_000
-PLAYERS = ("specialised", "interpreter")
+PLAYERS = ("specialised", "undeferred", "interpreter")
 #: With gradients (what an epoch runs) or forward only (a validation pass).
 MODES = {"forward+backward": True, "forward": False}
 
 
-def ns_per_position(player, store, with_grad: bool, repeat: int) -> float:
-    """Median CPU ns per position of `player` over the whole store, `repeat` times."""
+def timed(player, store, with_grad: bool):
+    """A function that returns the CPU seconds per position of one measurement of `player`."""
     n = len(store.tmpl)
     arena = new_arena(*arena_size(store))
     reg_pairs, reg_values = int(store.params[1]), int(store.params[0])
@@ -42,13 +45,32 @@ def ns_per_position(player, store, with_grad: bool, repeat: int) -> float:
     outputs = np.zeros((n, 2))
     player(store, arena, rows, 1.0 / n, with_grad, outputs)  # compile
     reps = max(1, REPLAYS // n)
-    times = []
-    for _ in range(repeat):
+
+    def measure():
         t0 = time.thread_time()
         for _ in range(reps):
             player(store, arena, rows, 1.0 / n, with_grad, outputs)
-        times.append((time.thread_time() - t0) / (reps * n))
-    return statistics.median(times) * 1e9
+        return (time.thread_time() - t0) / (reps * n)
+
+    return measure
+
+
+def players(store, labels):
+    """The players of `labels` for `store`."""
+    made = {}
+    for label in labels:
+        if label == "interpreter":
+            made[label] = play
+        elif label == "specialised":
+            made[label] = specialising.specialise(store).play
+        else:  # the same source with nothing deferred (a module of its own)
+            deferred = specialising.deferred
+            specialising.deferred = lambda st: False
+            try:
+                made[label] = specialising.specialise(store).play
+            finally:
+                specialising.deferred = deferred
+    return made
 
 
 def main():
@@ -68,12 +90,15 @@ def main():
         terms = terms_per_position(store)
         print(f"{name}: {a.positions} positions, {terms:.1f} terms/position, "
               f"{len(store.t_temps)} template(s)")
-        for label in a.players:
-            player = specialise(store).play if label == "specialised" else play
-            for mode in a.modes:
-                ns = ns_per_position(player, store, MODES[mode], a.repeat)
-                print(f"  {label:12s} {mode:17s} {ns:7.1f} ns/position {ns / terms:5.2f} ns/term")
-
+        runs = {(label, mode): timed(player, store, MODES[mode])
+                for label, player in players(store, a.players).items() for mode in a.modes}
+        times = {key: [] for key in runs}
+        for _ in range(a.repeat):
+            for key, measure in runs.items():
+                times[key].append(measure())
+        for (label, mode), ts in times.items():
+            ns = statistics.median(ts) * 1e9
+            print(f"  {label:12s} {mode:17s} {ns:7.1f} ns/position {ns / terms:5.2f} ns/term")
 
 if __name__ == "__main__":
     main()

@@ -713,3 +713,33 @@ def test_the_interpreter_dispatch_is_generated_from_the_form_table():
             assert ops.call(f, True) in source
     # A tag of no form stops the sweep in every dispatch, never running the last branch.
     assert source.count("else:\n                return op") == 3
+
+
+@pytest.mark.parametrize("coef_range", [15, 300])  # coefficients from the kernels' table, or not
+def test_a_deferred_first_backward_gives_the_interpreters_bits(coef_range):
+    """A store of one template whose first record is a linear combination of packed pairs: the
+    specialised player runs each position's first backward with the next position's forward
+    (`tuner.tape.specialise.deferred`); outputs and gradients are the interpreter's, for rows in
+    any order (repeated, and positions without operands among them)."""
+    from tuner.tape.pairs import TABLE_BITS
+    from tuner.tape.specialise import deferred, specialise
+
+    rng = np.random.default_rng(coef_range)
+    n_pp, n = 40, 64
+    terms = [[(int(j), float(rng.integers(-coef_range, coef_range + 1)))
+              for j in rng.choice(n_pp, size=int(rng.integers(0, 30)), replace=False)]
+             for _ in range(n)]
+    t, outs = lincomb_positions(n_pp, terms)
+    store = freeze(t.rec, np.array([outs]))
+    assert deferred(store) and (int(store.coef_bits[0]) <= TABLE_BITS) == (coef_range < 128)
+    rows = np.concatenate([rng.permutation(n), rng.integers(0, n, 16)])
+    for with_grad in (True, False):
+        got = []
+        for player in (play, specialise(store).play):
+            arena = fresh_arena(store, np.zeros(0), t.arena.pair_val[:n_pp] * 1.5)
+            outputs = np.zeros((len(rows), 1))
+            assert player(store, arena, rows, 0.25, with_grad, outputs) == -1
+            got.append((outputs, arena.pair_grad[:n_pp].copy()))
+        assert_same_bits(got[0][0], got[1][0], "outputs")
+        assert_same_bits(got[0][1], got[1][1], "gradients")
+        assert (got[0][1] != 0.0).any() == with_grad

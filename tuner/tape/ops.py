@@ -58,7 +58,7 @@ import numpy as np
 from numba import njit
 from tuner.jit import JIT, INLINE
 
-from .pairs import pair_axpy, pair_dot
+from .pairs import pair_axpy, pair_dot, pair_dot_axpy
 
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
                         C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
@@ -514,6 +514,25 @@ def _lincomb_pair_bwd(pg, idx, coef, o, first, n, coef_bits):
             j, c = operand(idx, coef, i, coef_bits)
             pg[j, 0] += c * g0
             pg[j, 1] += c * g1
+
+
+# A player that runs a position's forward sweep before the previous position's backward one is
+# done may hold that backward's operand list (its first record's, which adds into parameters
+# only) as ``pending = (first, n, g0, g1)`` and run it with the next forward: the two loops
+# interleaved (`tuner.tape.pairs.pair_dot_axpy`), the bits of the two calls.
+
+@njit(**INLINE)
+def _lincomb_pair_fwd_bwd(pv, pg, idx, o, first, n, coef_bits, pending):
+    """`_lincomb_pair_fwd` of a packed list and the `_lincomb_pair_bwd` `pending`."""
+    q, m, g0, g1 = pending
+    pv[o, 0], pv[o, 1] = pair_dot_axpy(pv, pg, idx, coef_bits, (first, n), (q, m), (g0, g1))
+
+
+@njit(**INLINE)
+def _lincomb_pair_bwd_pending(pg, idx, coef_bits, pending):
+    """The `_lincomb_pair_bwd` `pending` of a packed list, alone."""
+    q, m, g0, g1 = pending
+    pair_axpy(pg, idx, q, m, coef_bits, g0, g1)
 
 
 @njit(**INLINE)

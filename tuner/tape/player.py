@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from tuner.jit import JIT, INLINE
+from tuner.jit import JIT
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -78,7 +78,7 @@ _REASONS = {
 
 
 @intrinsic
-def _prefetch(typingctx, arr, i):
+def prefetch(typingctx, arr, i):
     """Hint the CPU to fetch ``arr[i]`` into cache (llvm.prefetch; no effect on results)."""
     if not isinstance(arr, types.Array) or not isinstance(i, types.Integer):
         return None
@@ -962,30 +962,28 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # Playing.
 # ------------------------------------------------------------------------------------------------
 
-@njit(**INLINE)
-def prefetch_ahead(rows, i, st: Store, with_tmpl=True, with_nary=True) -> None:
-    """Prefetch what the positions a few steps ahead of ``rows[i]`` (rows are played last to
-    first) read of store `st`: the header of the one `PREFETCH_ROW` ahead (its template number
-    and n-ary counts unless the player does not read them), every cache line of the operands of
-    the one `PREFETCH_OPERANDS` ahead."""
-    tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
-                                                st.index, st.coef)
-    if i >= PREFETCH_ROW:
-        ahead = rows[i - PREFETCH_ROW]
-        if with_tmpl:
-            _prefetch(tmpl, ahead)
-        if with_nary:
-            _prefetch(nary, ahead * nary.shape[1])
-        _prefetch(opnd_off, ahead)
-        _prefetch(scalars, ahead * scalars.shape[1])
-    if i >= PREFETCH_OPERANDS:
-        ahead = rows[i - PREFETCH_OPERANDS]
-        q, end = opnd_off[ahead], opnd_off[ahead + 1]
-        while q < end:
-            _prefetch(idx, q)
-            if coef.shape[0]:  # (empty when packed into idx)
-                _prefetch(coef, q)
-            q += 32
+def prefetch_lines(with_tmpl: bool = True, with_nary: bool = True,
+                   with_coef: bool | None = None) -> list[str]:
+    """Source that prefetches what the positions a few steps ahead of ``rows[i]`` (rows are
+    played last to first) read of the store: the header of the one `PREFETCH_ROW` ahead (its
+    template number and n-ary counts unless the player does not read them), every cache line of
+    the operands of the one `PREFETCH_OPERANDS` ahead (and of their coefficients: `with_coef`,
+    None to test whether they are apart). It names the store's arrays as the players unpack them
+    (``tmpl``, ``opnd_off``, ``nary``, ``scalars``, ``idx``, ``coef``): in the players' own
+    loops, since a function handed the store would cost reference-count updates per position
+    (most of the kernel's time, measured), and one handed the arrays too many parameters."""
+    header = (["    prefetch(tmpl, pf_ahead)"] * with_tmpl
+              + ["    prefetch(nary, pf_ahead * nary.shape[1])"] * with_nary)
+    coef = {None: ["    if coef.shape[0]:  # (empty when packed into idx)",
+                   "        prefetch(coef, pf_q)"],
+            True: ["    prefetch(coef, pf_q)"], False: []}[with_coef]
+    return ([f"if i >= {PREFETCH_ROW}:", f"    pf_ahead = rows[i - {PREFETCH_ROW}]"] + header
+            + ["    prefetch(opnd_off, pf_ahead)",
+               "    prefetch(scalars, pf_ahead * scalars.shape[1])",
+               f"if i >= {PREFETCH_OPERANDS}:", f"    pf_ahead = rows[i - {PREFETCH_OPERANDS}]",
+               "    pf_q, pf_end = opnd_off[pf_ahead], opnd_off[pf_ahead + 1]",
+               "    while pf_q < pf_end:", "        prefetch(idx, pf_q)"]
+            + ["    " + line for line in coef] + ["        pf_q += 32"])
 
 
 #: The forms the interpreter's dispatch tests first (the records most stores are made of); the
@@ -1019,7 +1017,7 @@ def interpreter_source() -> str:
     order = list(HOT_FORMS) + [f for f in range(len(FORM_TABLE)) if f not in HOT_FORMS]
     loss = dispatch_lines(LOSS_FORMS, False, dict(o="o2", a="o1"), keep_partial=True)
     return _PLAY.format(
-        imports=", ".join(form_functions()),
+        imports=", ".join(form_functions()), prefetch=_indented(prefetch_lines(), 2),
         loss=_indented(loss, 3), forward=_indented(dispatch_lines(order, False), 3),
         backward=_indented(dispatch_lines(order, True), 3))
 
@@ -1051,7 +1049,7 @@ def play(st, arena, rows, seed, with_grad, outputs):
     n_seg = t_outs.shape[1]
     t_linear = st.t_linear
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, st)
+{prefetch}
         p = rows[i]
         t = tmpl[p]
         r0, r1 = t_first[t], t_first[t + 1]

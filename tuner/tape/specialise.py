@@ -38,9 +38,9 @@ from tuner import cachedir
 from tuner.fileio import atomic_write, remove_stale_temps
 from tuner.jit import JIT
 
-from .ops import (FORM_NARY, FORM_TABLE, KERNEL_BITS, KERNEL_MASK, N_FORMS, S_NONE, call,
-                  form_functions, tag_name)
-from .player import Store
+from .ops import (F_LINCOMB_PAIR, FORM_NARY, FORM_TABLE, KERNEL_BITS, KERNEL_MASK, N_FORMS,
+                  S_NONE, call, form_functions, tag_name)
+from .player import Store, prefetch_lines
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,9 @@ _HEADER = '''\
 import numpy as np
 from numba import njit
 from tuner.tape.ops import ({ops})
+from tuner.tape.ops import _lincomb_pair_bwd_pending, _lincomb_pair_fwd_bwd
 from tuner.jit import JIT
-from tuner.tape.player import prefetch_ahead
+from tuner.tape.player import prefetch
 '''
 
 
@@ -77,9 +78,21 @@ def nary_records(st: Store, t: int) -> list[int]:
             if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE]
 
 
-def template_lines(st: Store, t: int) -> list[str]:
+def deferred(st: Store) -> bool:
+    """Whether the player of `st` runs each position's first backward (that of its first record, a
+    linear combination of pairs over packed operands, which reads parameters only and adds into
+    their gradients only) with the next position's forward (`tuner.tape.ops`'s ``pending``): the
+    dot product's chain of dependent adds then leaves room for the other list's work. Only for a
+    store of one template: a position's records are then the previous one's."""
+    return (len(st.t_temps) == 1 and int(st.coef_bits[0]) > 0 and st.t_first[1] > 0
+            and int(st.t_op[0]) >> KERNEL_BITS == F_LINCOMB_PAIR)
+
+
+def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
     """The body of template `t`'s block: forward calls, outputs, then (with gradients) the
-    temporaries' gradients cleared, the seed and the backward calls in reverse."""
+    temporaries' gradients cleared, the seed and the backward calls in reverse. With `defer`
+    (see `deferred`), the first record's backward is left ``pending`` for the next position's
+    forward (or the end of the sweep), which runs it with its own first record."""
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
@@ -103,7 +116,13 @@ def template_lines(st: Store, t: int) -> list[str]:
         names = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1],
                      bits=int(st.coef_bits[0]))
         label = f"  # {tag_name(op)}"
-        if row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
+        if defer and r == r0:
+            o, bits = names["o"], names["bits"]
+            fwd += ["if with_grad:  # with the previous position's pending backward",
+                    f"    _lincomb_pair_fwd_bwd(pv, pg, idx, {o}, {a}, {b}, {bits}, pending)"
+                    + label, "else:", "    " + call(form, False, names) + label]
+            bwd.append(f"pending = ({a}, {b}, pg[{o}, 0], pg[{o}, 1]){label}: run later")
+        elif row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
             fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
             bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
         else:
@@ -131,19 +150,27 @@ def player_source(st: Store) -> str:
     each template of `st`."""
     blocks = []
     n_t = len(st.t_temps)
+    defer = deferred(st)
     if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
-        blocks += ["        " + line for line in template_lines(st, 0)]
+        blocks += ["        " + line for line in template_lines(st, 0, defer)]
     else:
         for t in range(n_t):
             blocks.append(f"        {'if' if t == 0 else 'elif'} tmpl[p] == {t}:")
             blocks += ["            " + line for line in template_lines(st, t)]
         blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
     body = "\n".join(blocks)
+    start, end = "", ""
+    if defer:
+        start = "\n    pending = (0, 0, 0.0, 0.0)  # no backward pending"
+        end = (f"\n    if with_grad:\n        _lincomb_pair_bwd_pending(pg, idx, "
+               f"{int(st.coef_bits[0])}, pending)")
     # What the blocks read of a position's header, and so what is worth prefetching: the
     # template number if there are several, the counts if a template has several lists (the
     # last one's count is not read).
     reads_tmpl = n_t > 1
     reads_nary = any(len(nary_records(st, t)) > 1 for t in range(n_t))
+    prefetch = "\n".join("        " + line for line in prefetch_lines(
+        reads_tmpl, reads_nary, int(st.coef_bits[0]) == 0 and len(st.coef) > 0))
     import tuner
 
     header = _HEADER.format(n_templates=n_t, sources=tuner.layer_digest("tape"),
@@ -156,12 +183,12 @@ def play(st, arena, rows, seed, with_grad, outputs):
     position of another template."""
     val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
-                                                st.index, st.coef)
+                                                st.index, st.coef){start}
     for i in range(rows.shape[0] - 1, -1, -1):
-        prefetch_ahead(rows, i, st, {reads_tmpl}, {reads_nary})
+{prefetch}
         p = rows[i]
         q = opnd_off[p]
-{body}
+{body}{end}
     return -1
 '''
 
