@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import BORROWED, JIT
 
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
                         ensure_room, note_index_error)
@@ -46,7 +46,7 @@ def new_accumulator(n_params: int) -> LinearAccumulator:
                              np.zeros(n_params, np.int32), np.zeros(A_SIZE, np.int64))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
     """coef[index] += coef (merged with earlier terms of the same index). An index outside the
     accumulator is not added (a zero is added to index 0 instead) but kept for the next
@@ -66,7 +66,7 @@ def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
     count[A_BAD] = 1 if first_bad else count[A_BAD]
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_clear(acc: LinearAccumulator) -> None:
     """Drop every term (a bad index given is kept for `lin_record_pair` to report)."""
     for i in range(acc.count[0]):
@@ -89,7 +89,7 @@ def _note_lin_errors(counts: np.ndarray, acc_count: np.ndarray, worst: int, n_pa
                          tag(F_LINCOMB_PAIR))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 
