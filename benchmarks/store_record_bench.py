@@ -22,17 +22,16 @@ must not change when the recording gets faster. Runs against the `tuner` of the 
 
     .venv/bin/python benchmarks/store_record_bench.py [--data PATH] [--runs 5] [--limit N] [-e NAME]
 """
-import argparse
 import os
 import sys
-import time
 
 import numpy as np
 from numba import njit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from eval_bench import DEFAULT_DATA, load_positions, timeit  # noqa: E402
+from eval_bench import timeit  # noqa: E402
+from record_bench import EVALUATIONS, K, setup  # noqa: E402
 
 from tuner.chess.attacks import piece_attacks  # noqa: E402
 from tuner.chess.bitboard import lsb, popcount  # noqa: E402
@@ -43,8 +42,6 @@ from tuner.tape.player import extract, store_digest  # noqa: E402
 from tuner.tape.recording import reset  # noqa: E402
 from tuner.train.record import Labelled, new_training_tape, record_positions, record_store  # noqa: E402
 
-EVALUATIONS = ("clockwork", "clockwork-10d79e6")
-K = 1 / 400
 U1 = np.uint64(1)
 PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = range(6)
 
@@ -129,25 +126,12 @@ def stages(ev, module, positions, micro):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--micro", type=int, default=1024)
-    ap.add_argument("-e", "--evaluation", action="append", help="evaluation(s) to record")
-    args = ap.parse_args()
-
     import importlib
 
-    import tuner
     from tuner.evals.clockwork import EVALUATIONS as MODULES
-    t = time.perf_counter()
-    positions, bad = load_positions(args.data, args.limit)
+    args, positions = setup(__doc__, 5)
     n = positions.shape[0]
-    print(f"tuner from {os.path.dirname(tuner.__file__)}")
-    print(f"{args.data}: {n} positions ({bad} rejected), parsed in {time.perf_counter() - t:.2f} s")
-    print(f"median of {args.runs} runs, one thread, micro-batches of {args.micro}; CPU time; load "
-          f"average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("rates from CPU time (one thread: per core)")
     for name in args.evaluation or EVALUATIONS:
         ev = get_evaluation(name)
         module = importlib.import_module(MODULES[name])
