@@ -41,10 +41,12 @@ def record_all(ev, positions, results, micro, state):
                                               slots[:, : hi - lo])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def setup(doc: str, runs: int):
+    """The command line of a recording benchmark (described by `doc`, `runs` runs by default)
+    parsed, and the sample's positions loaded: ``(args, positions)``, what was loaded printed."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=runs)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--micro", type=int, default=1024)
     ap.add_argument("-e", "--evaluation", action="append", help="evaluation(s) to record")
@@ -53,12 +55,18 @@ def main():
     import tuner
     t = time.perf_counter()
     positions, bad = load_positions(args.data, args.limit)
-    n = positions.shape[0]
-    results = np.full(n, 0.5)
     print(f"tuner from {os.path.dirname(tuner.__file__)}")
-    print(f"{args.data}: {n} positions ({bad} rejected), parsed in {time.perf_counter() - t:.2f} s")
+    print(f"{args.data}: {len(positions)} positions ({bad} rejected), parsed in "
+          f"{time.perf_counter() - t:.2f} s")
     print(f"median of {args.runs} runs, single thread, micro-batches of {args.micro}; load "
           f"average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return args, positions
+
+
+def main():
+    args, positions = setup(__doc__, 7)
+    n = positions.shape[0]
+    results = np.full(n, 0.5)
     for name in args.evaluation or EVALUATIONS:
         ev = get_evaluation(name)
         state = [new_training_tape(ev.registry, args.micro), ev.new_scratch()]

@@ -13,3 +13,10 @@ from __future__ import annotations
 JIT: dict = dict(cache=True, nogil=True, error_model="numpy")
 #: Options of a small helper inlined into its callers.
 INLINE: dict = dict(JIT, inline="always")
+#: Options of a hot function that neither allocates nor returns an array (the recorders, an
+#: evaluation's features, freezing's extraction): compiled without the runtime's reference
+#: counting, so every array it reads, in a tuple (a Tape, an accumulator) or not, is one its
+#: caller keeps alive. Numba would otherwise update the counts of a tuple's arrays on every access
+#: to one of them where it cannot prove them redundant, which costs the recorders more than their
+#: arithmetic.
+BORROWED: dict = dict(JIT, _nrt=False)

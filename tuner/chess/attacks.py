@@ -238,15 +238,17 @@ def pawn_attacks_set(pawns_bb, colour):
 
 
 @njit(**JIT)
-def count_attackers(sq, occ, colour, pawns, knights, bishops, rooks, queens, kings):
-    """Number of the given pieces (pawns of `colour` and the other sets, bitboards) attacking
-    square sq under occupancy occ: cnt_c(sq) of a position without the attack table. The attack
-    relation is symmetric, so it looks outward from sq: a slider reaches sq iff sq reaches it, and
-    a pawn of `colour` attacks sq from where a pawn of the other colour on sq would attack."""
+def count_attackers(sq, occ, colour, pawns, knights, diagonal, orthogonal, kings):
+    """Number of the given pieces (pawns of `colour`, knights, `diagonal` sliders: bishops and
+    queens, `orthogonal` ones: rooks and queens, kings; bitboards) attacking square sq under
+    occupancy occ: cnt_c(sq) of a position without the attack table. A queen is in both slider
+    sets and counts once, by the ray it reaches sq along. The attack relation is symmetric, so it
+    looks outward from sq: a slider reaches sq iff sq reaches it, and a pawn of `colour` attacks
+    sq from where a pawn of the other colour on sq would attack."""
     return (popcount(PAWN_ATTACKS[1 - colour, sq] & U64(pawns))
             + popcount(KNIGHT_ATTACKS[sq] & U64(knights))
-            + popcount(bishop_attacks(sq, occ) & (U64(bishops) | U64(queens)))
-            + popcount(rook_attacks(sq, occ) & (U64(rooks) | U64(queens)))
+            + popcount(bishop_attacks(sq, occ) & U64(diagonal))
+            + popcount(rook_attacks(sq, occ) & U64(orthogonal))
             + popcount(KING_ATTACKS[sq] & U64(kings)))
 
 

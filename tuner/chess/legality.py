@@ -70,8 +70,8 @@ def check_status(bbs, stm):
     ksq = lsb(bbs[1 - stm] & bbs[W_KING])
     mine = bbs[stm]
     if count_attackers(ksq, bbs[W_WHITE] | bbs[W_BLACK], stm, mine & bbs[W_PAWN],
-                       mine & bbs[W_KNIGHT], mine & bbs[W_BISHOP], mine & bbs[W_ROOK],
-                       mine & bbs[W_QUEEN], mine & bbs[W_KING]) != 0:
+                       mine & bbs[W_KNIGHT], mine & (bbs[W_BISHOP] | bbs[W_QUEEN]),
+                       mine & (bbs[W_ROOK] | bbs[W_QUEEN]), mine & bbs[W_KING]) != 0:
         return pack_status(FenStatus.OPPOSITE_CHECK, ksq, stm)
     return np.int32(FenStatus.OK)
 

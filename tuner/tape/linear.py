@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import BORROWED, JIT
 
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
                         ensure_room, note_index_error)
@@ -46,27 +46,28 @@ def new_accumulator(n_params: int) -> LinearAccumulator:
                              np.zeros(n_params, np.int32), np.zeros(A_SIZE, np.int64))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
     """coef[index] += coef (merged with earlier terms of the same index). An index outside the
     accumulator is not added (a zero is added to index 0 instead) but kept for the next
-    `lin_record_pair` to report. (Branch-free selects rather than an early return or a call:
-    either keeps Numba from pruning the reference counting of the accumulator's arrays, which
-    costs some 20 ns a call.)"""
+    `lin_record_pair` to report. (Compiled without reference counting, `tuner.jit.BORROWED`: the
+    rare bad index is a branch of its own, and the usual path two loads and up to four stores.)"""
     count = acc.count
-    ok = 0 <= index < acc.coef.shape[0]
-    j = index if ok else 0
+    j = index
+    if not 0 <= index < acc.coef.shape[0]:
+        j = 0
+        coef = 0
+        if count[A_BAD] == 0:
+            count[A_BAD_INDEX] = index
+            count[A_BAD] = 1
     if acc.seen[j] == 0:
         acc.seen[j] = 1
         acc.touched[count[A_IN_USE]] = j
         count[A_IN_USE] += 1
-    acc.coef[j] += coef if ok else 0
-    first_bad = (not ok) and count[A_BAD] == 0
-    count[A_BAD_INDEX] = index if first_bad else count[A_BAD_INDEX]
-    count[A_BAD] = 1 if first_bad else count[A_BAD]
+    acc.coef[j] += coef
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_clear(acc: LinearAccumulator) -> None:
     """Drop every term (a bad index given is kept for `lin_record_pair` to report)."""
     for i in range(acc.count[0]):
@@ -89,7 +90,7 @@ def _note_lin_errors(counts: np.ndarray, acc_count: np.ndarray, worst: int, n_pa
                          tag(F_LINCOMB_PAIR))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 

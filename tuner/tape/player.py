@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from tuner.jit import JIT
+from tuner.jit import BORROWED, JIT
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -181,16 +181,16 @@ def _mix(h, x):
     return (h ^ np.uint64(x & 0xFFFFFFFF)) * np.uint64(1099511628211)
 
 
-@njit(**JIT)
-def _extract(rec: Recording, outputs, ranges, ch: Chunk, err):
+@njit(**BORROWED)
+def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
     """Copy every position of `rec` out, rebased and validated, into `ch` (see `freeze`).
 
-    On failure sets ``err = (code, position, record)`` and returns early.
+    `vmap` / `pmap` (int32, one per value / pair slot in use, all -1) map the temporaries of the
+    position being copied (left all -1). On failure sets ``err = (code, position, record)`` and
+    returns early.
     """
     rc = rec.counts
     n_vp, n_pp, n_opnd = rc[C_VALUE_PARAMS], rc[C_PAIR_PARAMS], rc[C_OPERANDS]
-    vmap = np.full(rc[C_VALUES], -1, np.int32)
-    pmap = np.full(rc[C_PAIRS], -1, np.int32)
     r_op, r_out, r_lhs, r_rhs, r_sc = rec.op, rec.out, rec.lhs, rec.rhs, rec.scalar
     r_idx, r_coef = rec.opnd_index, rec.opnd_coef
     t_first, t_rec, t_info, tmpl = ch.t_first, ch.t_rec, ch.t_info, ch.tmpl
@@ -342,7 +342,8 @@ def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> 
                           f"{outputs[missing // n, missing % n]} (segment {missing // n})")
     ch = _new_chunk(rec, n, n_seg)
     err = np.zeros(3, np.int64)
-    _extract(rec, outputs, ranges, ch, err)
+    _extract(rec, outputs, ranges, ch, err, np.full(rec.counts[C_VALUES], -1, np.int32),
+             np.full(rec.counts[C_PAIRS], -1, np.int32))
     if err[0] != OK:
         code, i, r = (int(x) for x in err)
         if r < 0:

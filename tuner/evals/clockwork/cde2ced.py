@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT, INLINE
+from tuner.jit import BORROWED, JIT, INLINE
 
 from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, knight_attacks,
                                  pawn_attacks_set, rook_attacks)
@@ -291,8 +291,8 @@ def _pawns(acc, sign, us, them):
         q = s + 8
         lin_add(acc, Pair.PASSED_PAWN + i, sign)
         # ours move north (colour 0 in our frame), theirs south
-        defended = (count_attackers(q, occ, 0, P, N, B, R, Q, K)
-                    > count_attackers(q, occ, 1, oP, oN, oB, oR, oQ, oK))
+        defended = (count_attackers(q, occ, 0, P, N, B | Q, R | Q, K)
+                    > count_attackers(q, occ, 1, oP, oN, oB | oQ, oR | oQ, oK))
         add_nonzero(acc, Pair.DEFENDED_PASSED_PUSH + i, sign * np.int64(defended))
         add_nonzero(acc, Pair.BLOCKED_PASSED_PAWN + i, sign * _bit(occ, q))
         lin_add(acc, Pair.FRIENDLY_KING_PASSED_PAWN_DISTANCE + chebyshev(ksq, s), sign)
@@ -312,7 +312,7 @@ def _pawns(acc, sign, us, them):
         lin_add(acc, Pair.DEFENDED_PAWN + (s >> 3) - 2, sign)
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def features(pos, acc):
     """Add every net feature count of `pos` (uint64[9]) to `acc`; return the phase (0..24)."""
     white = U64(pos[0])
@@ -356,7 +356,7 @@ def features(pos, acc):
     return min(ph, PHASE_MAX)
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_eval(tape, acc, pos):
     """Record the continuous White-POV evaluation of `pos`; return its value index."""
     ph = features(pos, acc)
@@ -593,7 +593,7 @@ def explain(fen: str, pos: np.ndarray, reg: ParamRegistry, int_eval: int) -> str
 # from caching the kernel, and it would be recompiled in every process.
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_batch(tape, acc, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):

@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT, INLINE
+from tuner.jit import BORROWED, JIT, INLINE
 
 from tuner.chess.attacks import (bishop_attacks, count_attackers, king_attacks, knight_attacks,
                                  pawn_attacks_set, piece_attacks, rook_attacks)
@@ -384,7 +384,7 @@ def _load(pos, board, sets):
                               | pawn_attacks_set(board[s, THEM, PAWN], OPPONENT))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def _piece_terms(lin, board, sets, s, t, chk):
     """PSQT, mobility and per-piece terms of side s's pieces of type t (knight..queen), their
     attack sets into ``sets[s]``; returns how many (square, piece) pairs attack the squares
@@ -433,7 +433,7 @@ def _piece_terms(lin, board, sets, s, t, chk):
     return checkers
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def _pawns(lin, board, sets, s):
     """Doubled, isolated, passed (with its follow-up terms), phalanx and defended pawns of side
     s; returns the number of passed pawns."""
@@ -444,6 +444,10 @@ def _pawns(lin, board, sets, s):
     ksq = lsb(board[s, OWN, KING])
     oksq = lsb(board[s, THEM, KING])
     their_attacks = _other(sets, s, SET_ANY)
+    own_diagonal = board[s, OWN, BISHOP] | board[s, OWN, QUEEN]       # for count_attackers
+    own_orthogonal = board[s, OWN, ROOK] | board[s, OWN, QUEEN]
+    their_diagonal = board[s, THEM, BISHOP] | board[s, THEM, QUEEN]
+    their_orthogonal = board[s, THEM, ROOK] | board[s, THEM, QUEEN]
 
     add_nonzero(lin, Pair.DOUBLED_PAWN_VAL, sign * popcount(P & (P << U8)))
     files = file_fill(P)
@@ -465,11 +469,10 @@ def _pawns(lin, board, sets, s):
             lin_add(lin, Pair.PASSED_CLEAR_STOPPERS + i, sign)
         elif (ahead & their_attacks) == U0:
             lin_add(lin, Pair.PASSED_CLEAR_FORWARD + i, sign)
-        elif (count_attackers(q, occ, US, P, board[s, OWN, KNIGHT], board[s, OWN, BISHOP],
-                              board[s, OWN, ROOK], board[s, OWN, QUEEN], board[s, OWN, KING])
-              > count_attackers(q, occ, OPPONENT, oP, board[s, THEM, KNIGHT],
-                                board[s, THEM, BISHOP], board[s, THEM, ROOK],
-                                board[s, THEM, QUEEN], board[s, THEM, KING])):
+        elif (count_attackers(q, occ, US, P, board[s, OWN, KNIGHT], own_diagonal,
+                              own_orthogonal, board[s, OWN, KING])
+              > count_attackers(q, occ, OPPONENT, oP, board[s, THEM, KNIGHT], their_diagonal,
+                                their_orthogonal, board[s, THEM, KING])):
             lin_add(lin, Pair.DEFENDED_PASSED_PUSH + i, sign)
         if test_bit(occ, q):
             lin_add(lin, Pair.BLOCKED_PASSED_PAWN + i, sign)
@@ -489,7 +492,7 @@ def _pawns(lin, board, sets, s):
     return passers
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def _threats(lin, board, sets, s):
     """Threats of side s against the other side's pieces, pawn (push) threats and the attacks on
     a lone enemy queen."""
@@ -541,7 +544,7 @@ def _threats(lin, board, sets, s):
                     sign * popcount((queen_attacks ^ diagonal) & sets[s, ROOK] & safe))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def _files_and_outposts(lin, board, sets, s):
     """Rook files, minors behind pawns, outposts and the bishop pair of side s."""
     sign = _sign(s)
@@ -561,7 +564,7 @@ def _files_and_outposts(lin, board, sets, s):
     add_nonzero(lin, Pair.BISHOP_PAIR_VAL, sign * np.int64(popcount(board[s, OWN, BISHOP]) >= BISHOP_PAIR))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def _king_safety(acc, board, sets, s):
     """The king-attack terms of side s's king (s defends), all with coefficient +count."""
     ksq = lsb(board[s, OWN, KING])
@@ -614,7 +617,7 @@ def _eg_scale_alpha(strong_phase, weak_phase, strong_pawns, weak_pawns, strong_p
     return EG_SCALE_MAX - d * d
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def features(pos, scratch):
     """Every integer input of `pos` (uint64[9]): the counts of L, A_W and A_B into
     ``scratch.linear``, ``.attack_white``, ``.attack_black`` (cleared first) and ``scratch.ints``
@@ -709,7 +712,7 @@ def _activation(tape, x, c32):
     return record_pair_mul(tape, Pair.KS_ACTIVATION_A, record_pair_sigmoid(tape, z))
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_eval(tape, scratch, pos):
     """Record the continuous White-POV evaluation of `pos`; return its value index. The arena
     indices of the steps are left in ``scratch.steps`` (by `Rec`)."""
@@ -917,7 +920,7 @@ def new_eval_tape(pairs, values, positions: int = 1):
     return tape
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_batch(tape, scratch, positions, rows, out):
     """Record the evaluation of ``positions[rows[i]]`` for every i; ``out[i]`` = its value index."""
     for i in range(rows.shape[0]):

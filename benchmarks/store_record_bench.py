@@ -1,0 +1,151 @@
+"""Recording the replay store: positions per second per core, split into its stages.
+
+What a replay run does before its first epoch (`tuner.train.record.StoreRecorder`, the path of
+`tuner.train.prepare`): every position of the sample recorded with its loss in micro-batches on
+one tape, each micro-batch extracted (rebased, validated, templates shared) and added to the
+store, which is finished once. Per evaluation (default: `clockwork` and `clockwork-10d79e6`) it
+times, on one thread, cumulative stages over every position:
+
+* attacks:      the attack set of every piece (the chess work alone, no evaluation logic);
+* features:     the evaluation's `features` (chess work and evaluation logic, into the
+                accumulators; no tape);
+* record eval:  `record_batch` per micro-batch, the tape reset between them (features + the
+                evaluation's records);
+* record + loss: `record_positions` (+ the loss records and the recording's check);
+* + extract:    + `extract` of each micro-batch (the store's chunks);
+* store:        the whole `record_store` on one thread (+ building and finishing the store).
+
+The differences are the stages' own costs: chess work, evaluation logic, tape recording, loss
+and extraction. Prints the median of several runs from process CPU time (the stable figure on a
+shared machine; one thread, so positions/s per core) and the digest of the store recorded, which
+must not change when the recording gets faster. Runs against the `tuner` of the tree it is in.
+
+    .venv/bin/python benchmarks/store_record_bench.py [--data PATH] [--runs 5] [--limit N] [-e NAME]
+"""
+import os
+import sys
+
+import numpy as np
+from numba import njit
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from eval_bench import timeit  # noqa: E402
+from record_bench import EVALUATIONS, K, setup  # noqa: E402
+
+from tuner.chess.attacks import piece_attacks  # noqa: E402
+from tuner.chess.bitboard import lsb, popcount  # noqa: E402
+from tuner.chess.position import W_BLACK, W_PAWN, W_WHITE  # noqa: E402
+from tuner.evals import get_evaluation  # noqa: E402
+from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
+from tuner.tape.player import extract, store_digest  # noqa: E402
+from tuner.tape.recording import reset  # noqa: E402
+from tuner.train.record import Labelled, new_training_tape, record_positions, record_store  # noqa: E402
+
+U1 = np.uint64(1)
+PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = range(6)
+
+
+@njit(cache=True, nogil=True)
+def attacks_only(positions):
+    """Every piece's attack set (both sides): the bulk of an evaluation's chess work, without its
+    logic."""
+    s = np.int64(0)
+    for i in range(positions.shape[0]):
+        pos = positions[i]
+        occ = pos[W_WHITE] | pos[W_BLACK]
+        for c in range(2):
+            mine = pos[W_WHITE + c]
+            for t in range(6):
+                bb = mine & pos[W_PAWN + t]
+                while bb:
+                    sq = lsb(bb)
+                    bb &= bb - U1
+                    s += popcount(piece_attacks(t, c, sq, occ))
+    return s
+
+
+def features_kernel(module):
+    """An njit loop of `module.features` over the positions (accumulators cleared each time)."""
+    features = module.features
+    from tuner.tape import lin_clear
+
+    if hasattr(module, "Scratch"):  # 10d79e6: features clears its accumulators itself
+        @njit(nogil=True)
+        def run(positions, scratch):
+            s = 0
+            for i in range(positions.shape[0]):
+                s += features(positions[i], scratch)
+            return s
+    else:
+        @njit(nogil=True)
+        def run(positions, scratch):
+            s = 0
+            for i in range(positions.shape[0]):
+                s += features(positions[i], scratch)
+                lin_clear(scratch)
+            return s
+    return run
+
+
+def stages(ev, module, positions, micro):
+    """The stage functions of `ev` (see the module docstring), each over every position."""
+    n = len(positions)
+    results = np.full(n, 0.5)
+    rows = np.arange(n, dtype=np.int64)
+    batch = Labelled(positions, results, K, F_SIGMOID_SQ_ERR)
+    slots = np.zeros((2, micro), np.int64)
+    state = [new_training_tape(ev.registry, micro), ev.new_scratch()]
+    run_features = features_kernel(module)
+    # grown once to the evaluation's records per position, as record_positions does
+    state[0], state[1] = record_positions(ev, state[0], state[1], batch, rows[:micro],
+                                          slots[:, : min(n, micro)])
+
+    def record_eval():
+        for lo in range(0, n, micro):
+            hi = min(n, lo + micro)
+            reset(state[0])
+            ev.record_batch(state[0], state[1], positions, rows[lo:hi], slots[0, : hi - lo])
+
+    def record(with_extract):
+        def go():
+            for lo in range(0, n, micro):
+                hi = min(n, lo + micro)
+                state[0], state[1] = record_positions(ev, state[0], state[1], batch,
+                                                      rows[lo:hi], slots[:, : hi - lo])
+                if with_extract:
+                    extract(state[0].rec, slots[:, : hi - lo], base=lo)
+        return go
+
+    return [("attacks", lambda: attacks_only(positions)),
+            ("features", lambda: run_features(positions, state[1])),
+            ("record eval", record_eval),
+            ("record + loss", record(False)),
+            ("+ extract", record(True)),
+            ("store", lambda: record_store(ev, positions, results, K, 1, micro))]
+
+
+def main():
+    import importlib
+
+    from tuner.evals.clockwork import EVALUATIONS as MODULES
+    args, positions = setup(__doc__, 5)
+    n = positions.shape[0]
+    print("rates from CPU time (one thread: per core)")
+    for name in args.evaluation or EVALUATIONS:
+        ev = get_evaluation(name)
+        module = importlib.import_module(MODULES[name])
+        print(f"{name}:")
+        last = 0.0
+        for stage, fn in stages(ev, module, positions, args.micro):
+            _, cpu = timeit(fn, args.runs)
+            print(f"  {stage:<14} {n / cpu / 1e6:7.3f} M pos/s ({cpu * 1e3:7.1f} ms, "
+                  f"{(cpu - last) / n * 1e9:6.0f} ns/pos over the stage before)")
+            last = cpu
+        store = record_store(ev, positions, np.full(n, 0.5), K, 1, args.micro)
+        print(f"  store digest {store_digest(store)}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
