@@ -396,7 +396,7 @@ class Store(NamedTuple):
     t_out_slots: np.ndarray  # int32[T, S]: value slot of each segment's output
     t_linear: np.ndarray  # bool[T]: the template is the linear Texel case `play` runs directly
     tmpl: np.ndarray      # uint16[N]
-    opnd_off: np.ndarray  # int64[N+1]
+    opnd_off: np.ndarray  # int32[N+1] (int64 past 2^31 - 1 operands)
     nary: np.ndarray      # uint16[N, Q]
     scalars: np.ndarray   # float64[N, C]
     index: np.ndarray     # uint16[M] or int32[M]
@@ -405,7 +405,7 @@ class Store(NamedTuple):
     coef_bits: np.ndarray  # int64[1]: 0, or the low bits of `index` that hold the coefficients
 
 
-STORE_FORMAT = 2  # bump when the layout or meaning of a Store's arrays changes
+STORE_FORMAT = 3  # bump when the layout or meaning of a Store's arrays changes
 
 #: Per field of a `Store`: the dtypes it may have and its number of dimensions (the comments
 #: above), what `validate_store` checks first.
@@ -414,7 +414,7 @@ STORE_LAYOUT = {
     "t_lhs": ((np.int32,), 1), "t_rhs": ((np.int32,), 1), "t_scol": ((np.int32,), 2),
     "t_sconst": ((np.float64,), 2), "t_temps": ((np.int32,), 2),
     "t_out_slots": ((np.int32,), 2), "t_linear": ((np.bool_,), 1), "tmpl": ((np.uint16,), 1),
-    "opnd_off": ((np.int64,), 1), "nary": ((np.uint16,), 2), "scalars": ((np.float64,), 2),
+    "opnd_off": ((np.int32, np.int64), 1), "nary": ((np.uint16,), 2), "scalars": ((np.float64,), 2),
     "index": ((np.uint16, np.int32), 1), "coef": ((np.int8, np.int16, np.float64), 1),
     "params": ((np.int64,), 1), "coef_bits": ((np.int64,), 1),
 }
@@ -743,8 +743,9 @@ def _is_linear_texel(recs: np.ndarray, out_slots: np.ndarray) -> bool:
 
 class _Growing:
     """An array filled from the front, grown in place (``ndarray.resize``: the allocator remaps
-    the pages, nothing is copied) and promoted to a wider dtype when a block needs one. Rows
-    allocated but never written are never touched, so a generous capacity costs no memory."""
+    the pages, nothing is copied) and promoted to a wider dtype or more columns when a block
+    needs them. Rows allocated but never written are never touched, so a generous capacity costs
+    no memory."""
 
     def __init__(self, dtype, width: int = 0, capacity: int = 0):
         self.width = width              # 0: one-dimensional
@@ -755,17 +756,22 @@ class _Growing:
     def _shape(rows: int, width: int):
         return (rows, width) if width else (rows,)
 
-    def append(self, block: np.ndarray) -> None:
-        k = len(block)
-        dtype = np.promote_types(self.a.dtype, block.dtype)
-        width = max(self.width, block.shape[1]) if self.width else 0
-        if dtype != self.a.dtype or width != self.width:  # rare: a wider dtype or more columns
-            wider = np.zeros(self._shape(max(len(self.a), self.n + k), width), dtype)
+    def widen(self, dtype, width: int = 0) -> None:
+        """Room for values of `dtype` (promoted with the array's) in `width` columns (if more
+        than it has; the new ones 0): a copy, which is rare."""
+        dtype = np.promote_types(self.a.dtype, dtype)
+        width = max(self.width, width) if self.width else 0
+        if dtype != self.a.dtype or width != self.width:
+            wider = np.zeros(self._shape(len(self.a), width), dtype)
             if width:
                 wider[: self.n, : self.width] = self.a[: self.n]
             else:
                 wider[: self.n] = self.a[: self.n]
             self.a, self.width = wider, width
+
+    def append(self, block: np.ndarray) -> None:
+        k = len(block)
+        self.widen(block.dtype, block.shape[1] if self.width else 0)
         if self.n + k > len(self.a):
             self.a.resize(self._shape(max(self.n + k, len(self.a) * 3 // 2), self.width),
                           refcheck=False)
@@ -776,13 +782,17 @@ class _Growing:
             self.a[self.n: self.n + k] = block
         self.n += k
 
+    def filled(self) -> np.ndarray:
+        """The rows written so far (a view)."""
+        return self.a[: self.n]
+
     def trimmed(self) -> np.ndarray:
         """The filled part (the array itself, shrunk in place: the tail's pages are returned)."""
         self.a.resize(self._shape(self.n, self.width), refcheck=False)
         return self.a
 
 
-#: Operands packed per block (in place), so that packing needs no second copy of them.
+#: Operands repacked or unpacked per block (in place), so that neither needs a second copy.
 PACK_BLOCK = 1 << 20
 
 
@@ -791,44 +801,183 @@ def coef_bits_needed(lo: int, hi: int) -> int:
     return (max(-lo, hi + 1, 1) - 1).bit_length() + 1
 
 
-def _packed(index: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Slots and integer coefficients in one u16 word each, when they fit together (the index
-    array is rewritten in place and the coefficients dropped): ``(index, coef, coef_bits)``;
-    unchanged, with 0 bits, when they do not."""
-    if not len(index) or index.dtype != np.uint16 or coef.dtype.kind != "i":
-        return index, coef, 0
-    bits = coef_bits_needed(int(coef.min()), int(coef.max()))
-    if int(index.max()).bit_length() + bits > 16:
-        return index, coef, 0
-    bias = 1 << (bits - 1)
-    for lo in range(0, len(index), PACK_BLOCK):
-        block = index[lo: lo + PACK_BLOCK]
-        block <<= bits
-        block |= (coef[lo: lo + PACK_BLOCK].astype(np.int32) + bias).astype(np.uint16)
-    return index, np.zeros(0, np.int8), bits
+def _packed(index: np.ndarray, coef: np.ndarray, bits: int) -> np.ndarray:
+    """Slots `index` (u16) and integer coefficients `coef` as one u16 word each, the
+    coefficient offset by 2^(bits-1) in the low `bits` bits (see `tuner.tape.ops.operand`)."""
+    words = index.astype(np.uint16)
+    words <<= bits
+    words |= (coef.astype(np.int32) + (1 << (bits - 1))).astype(np.uint16)
+    return words
 
 
-@njit(**JIT)
-def _compact_columns(flat, width, keep) -> None:
-    """Rows of `width` values in `flat` become rows of the columns `keep` (increasing), from the
-    front: every value moves to an index at most its own, so nothing is overwritten before it is
-    read."""
-    n = flat.shape[0] // width
-    k = keep.shape[0]
-    for i in range(n):
-        for j in range(k):
-            flat[i * k + j] = flat[i * width + keep[j]]
+class _Operands:
+    """The operands of a store being built, chunk by chunk, in the layout the whole would have:
+    one u16 word each (`_packed`) while every slot and integer coefficient so far fits in 16
+    bits together (the words written so far repacked in place when the coefficients need more
+    bits), else, from the first chunk that does not fit on, slots and coefficients apart (the
+    words unpacked in place, the coefficients into their own array). Packing or not depends
+    only on the ranges of slots and coefficients, which only widen, so the store is the one
+    packing every operand at the end would give, without the coefficients ever held apart from
+    slots they fit with."""
+
+    def __init__(self):
+        self.index: _Growing | None = None  # words, or slots when apart
+        self.coef: _Growing | None = None   # the coefficients once apart
+        self.bits = 0                       # coefficient bits of the words (0: no words yet)
+        self.lo = self.hi = self.top = 0    # coefficient range and largest slot of the words
+        self.coef_dtype = np.dtype(np.int8)  # of every chunk's coefficients, promoted
+
+    def append(self, index: np.ndarray, coef: np.ndarray, capacity: int) -> None:
+        """A chunk's slots and coefficients (`capacity`: operands the arrays are sized for, if
+        this is the first chunk)."""
+        if self.index is None:
+            self.index = _Growing(index.dtype, capacity=capacity)
+        self.coef_dtype = np.promote_types(self.coef_dtype, coef.dtype)
+        if self.coef is None:
+            bits = self._bits_with(index, coef)
+            if bits >= 0:
+                if len(index):
+                    self._repack(bits)
+                    self.index.append(_packed(index, coef, bits))
+                return
+            self._unpack()
+        self.index.append(index)
+        self.coef.append(coef)
+
+    def _bits_with(self, index: np.ndarray, coef: np.ndarray) -> int:
+        """The coefficient bits of words holding the operands so far and these, or -1 if they do
+        not fit 16 bits (0 while there are no operands)."""
+        if index.dtype != np.uint16 or coef.dtype.kind != "i":
+            return -1
+        if not len(index):
+            return self.bits
+        # (0 lies in every range coef_bits_needed covers: starting from it changes no width)
+        lo, hi = min(self.lo, int(coef.min())), max(self.hi, int(coef.max()))
+        top = max(self.top, int(index.max()))
+        bits = coef_bits_needed(lo, hi)
+        if top.bit_length() + bits > 16:
+            return -1
+        self.lo, self.hi, self.top = lo, hi, top
+        return bits
+
+    def _blocks(self):
+        words = self.index.filled()
+        for lo in range(0, len(words), PACK_BLOCK):
+            yield lo, words[lo: lo + PACK_BLOCK]
+
+    def _repack(self, bits: int) -> None:
+        """The words so far with `bits` coefficient bits (in place)."""
+        old = self.bits
+        if old and bits != old:
+            shift = (1 << (bits - 1)) - (1 << (old - 1))  # from one offset to the other
+            for _, w in self._blocks():
+                c = ((w & ((1 << old) - 1)).astype(np.int32) + shift).astype(np.uint16)
+                w >>= old
+                w <<= bits
+                w |= c
+        self.bits = bits
+
+    def _unpack(self) -> None:
+        """The words so far back to slots (in place) and coefficients (a new array)."""
+        self.coef = _Growing(self.coef_dtype, capacity=len(self.index.a))
+        bits = self.bits
+        self.coef.n = self.index.n
+        for lo, w in self._blocks():
+            c = self.coef.a[lo: lo + len(w)]
+            if bits:
+                c[:] = (w & ((1 << bits) - 1)).astype(np.int32) - (1 << (bits - 1))
+                w >>= bits
+        self.bits = 0
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(index, coef, coef_bits)`` of the store (`coef` empty when packed)."""
+        index = self.index.trimmed() if self.index is not None else np.zeros(0, np.uint16)
+        if self.coef is not None:
+            return index, self.coef.trimmed(), 0
+        return index, np.zeros(0, np.int8 if self.bits else self.coef_dtype), self.bits
 
 
-def _kept_columns(full: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """``full[:, keep]`` made in `full`'s own memory (`full`, which must own it and have no other
-    view, is shrunk in place), so the store's scalars never exist twice."""
-    n, width = full.shape
-    if len(keep) == width:
-        return full
-    _compact_columns(full.reshape(-1), width, np.asarray(keep, np.int64))
-    full.resize((n * len(keep),), refcheck=False)
-    return full.reshape(n, len(keep))
+class _Scalars:
+    """The scalars of a store being built, a row per position as positions come, holding per
+    template only the columns (its records' scalars, in order) seen to differ between its
+    positions so far: a column bitwise equal over every position of its template so far is
+    held once, its value in the template's first position, and written into the rows before
+    when a position first differs. So the store's scalars are never held beside the constant
+    ones (K, say), and the result is the split into varying columns (in record order) and
+    template constants that the whole would give."""
+
+    def __init__(self, expected: int):
+        self.rows = _Growing(np.float64, 1, expected)
+        self.first = np.zeros((0, 1))           # [T, S]: each template's first scalars
+        self.kept: list[list[int]] = []         # each template's varying columns, as found
+        self.cols = np.zeros((0, 1), np.int64)  # [T, W]: kept, -1 after its end
+
+    def append(self, full: np.ndarray, tmpl: np.ndarray, past: np.ndarray) -> None:
+        """The scalars `full` (float64[n, S], a position's zero-padded) of positions of templates
+        `tmpl` (int64[n]), after positions of templates `past`."""
+        n, width = full.shape
+        if width > self.first.shape[1]:
+            self.first = np.pad(self.first, ((0, 0), (0, width - self.first.shape[1])))
+        ts, at = np.unique(tmpl, return_index=True)
+        new = at[ts >= len(self.first)]  # templates first seen here, in their numbers' order
+        if len(new):
+            first = np.zeros((len(new), self.first.shape[1]))
+            first[:, :width] = full[new]
+            self.first = np.concatenate([self.first, first])
+            self.kept += [[] for _ in new]
+            self.cols = np.pad(self.cols, ((0, len(new)), (0, 0)), constant_values=-1)
+        # (padding is +0.0 in every row: it never differs)
+        bits = full.view(np.int64) != self.first[tmpl, :width].view(np.int64)
+        rows, cols = np.nonzero(bits)
+        if len(rows):
+            for key in np.unique(tmpl[rows] * width + cols).tolist():
+                t, c = divmod(key, width)
+                if c not in self.kept[t]:
+                    self._keep(t, c, past)
+        src = self.cols[tmpl]
+        src[src < 0] = width  # a zero column
+        out = np.take_along_axis(np.pad(full, ((0, 0), (0, 1))), src, axis=1)
+        self.rows.append(out)
+
+    def _keep(self, t: int, c: int, past: np.ndarray) -> None:
+        """Column `c` of template `t` varies: kept from now on, and its value (its first) written
+        into the rows before of positions of `t`."""
+        j = len(self.kept[t])
+        self.kept[t].append(c)
+        if j >= self.cols.shape[1]:
+            self.cols = np.pad(self.cols, ((0, 0), (0, 1)), constant_values=-1)
+        self.cols[t, j] = c
+        self.rows.widen(np.float64, j + 1)
+        before = self.rows.filled()
+        before[past == t if len(self.kept) > 1 else slice(None), j] = self.first[t, c]
+
+    def finish(self, recs: np.ndarray, t_first: np.ndarray, tmpl: np.ndarray) -> tuple:
+        """``(scalars, t_scol, t_sconst)`` of the store of templates `recs` / `t_first` and
+        positions `tmpl`: each template's varying columns in record order (reordered in place
+        where they were found out of order), its other scalars constants of its records."""
+        rows = self.rows.trimmed()
+        t_scol = np.full((len(recs), 2), -1, np.int32)
+        t_sconst = np.zeros((len(recs), 2))
+        for t, kept in enumerate(self.kept):
+            used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
+            r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
+            s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
+            if kept != sorted(kept):
+                self._reorder(rows, np.argsort(kept), tmpl == t if len(self.kept) > 1 else None)
+            kept = np.array(sorted(kept), np.int64)
+            const = np.ones(len(r_of), bool)
+            const[kept] = False
+            t_sconst[r_of[const], s_of[const]] = self.first[t, : len(r_of)][const]
+            t_scol[r_of[kept], s_of[kept]] = np.arange(len(kept))
+        return rows, t_scol, t_sconst
+
+    @staticmethod
+    def _reorder(rows: np.ndarray, order: np.ndarray, sel: np.ndarray | None) -> None:
+        """``rows[sel, :k] = rows[sel][:, order]`` (every row if `sel` is None), by blocks."""
+        which = np.arange(len(rows)) if sel is None else np.flatnonzero(sel)
+        for lo in range(0, len(which), PACK_BLOCK):
+            r = which[lo: lo + PACK_BLOCK, None]
+            rows[r, np.arange(len(order))] = rows[r, order]
 
 
 def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray:
@@ -842,8 +991,10 @@ def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray
 
 class StoreBuilder:
     """Merges the chunks of `extract`, in position order, into one `Store` as they come: each
-    chunk is copied once into arrays grown in place, so building costs the store's own memory,
-    not a copy of every chunk besides it. `expected` positions (a hint) size the arrays."""
+    chunk goes once into arrays grown in place, already in the store's layout (its operands
+    packed, its scalars without the template constants: `_Operands`, `_Scalars`), so building
+    costs the store's own memory, not a copy of every chunk or a wider layout besides it.
+    `expected` positions (a hint) size the arrays."""
 
     def __init__(self, n_value_params: int, n_pair_params: int, expected: int = 0):
         self.params = np.array([n_value_params, n_pair_params], np.int64)
@@ -854,11 +1005,11 @@ class StoreBuilder:
         self.expected = expected
         self.tmpl = _Growing(np.uint16, capacity=expected)
         # Operand counts after a leading 0: summed in place, they become the offsets.
-        self.n_opnd = _Growing(np.int64, capacity=expected + 1)
-        self.n_opnd.append(np.zeros(1, np.int64))
+        self.n_opnd = _Growing(np.int32, capacity=expected + 1)
+        self.n_opnd.append(np.zeros(1, np.int32))
         self.nary = _Growing(np.uint16, 1, expected)
-        self.full = _Growing(np.float64, 1, expected)   # every scalar, a row per position
-        self.index = self.coef = None
+        self.scalars = _Scalars(expected)
+        self.operands = _Operands()
 
     def add(self, ch: Chunk) -> None:
         n_t = int(ch.counts[CH_TEMPLATES])
@@ -876,64 +1027,35 @@ class StoreBuilder:
             raise FreezeError(f"{len(self.t_recs)} distinct record structures: more than a "
                               f"store holds")
         n = len(ch.tmpl)
-        if self.index is None:  # operands per position of the first chunk size the rest
-            room = int(len(ch.index) / max(1, n) * max(self.expected, n) * 1.25) + 1
-            self.index = _Growing(ch.index.dtype, capacity=room)
-            self.coef = _Growing(ch.coef.dtype, capacity=room)
-        self.tmpl.append(local[ch.tmpl].astype(np.uint16))
-        self.n_opnd.append(ch.n_opnd)
+        tmpl = local[ch.tmpl]
+        self.scalars.append(_rows(ch.scal, ch.n_scal, max(1, int(ch.n_scal.max(initial=0))),
+                                  np.float64), tmpl, self.tmpl.filled())
+        self.tmpl.append(tmpl.astype(np.uint16))
+        self.n_opnd.append(ch.n_opnd.astype(np.int32))  # (a chunk's operands fit int32)
         self.nary.append(_rows(ch.nary, ch.n_nary, max(1, int(ch.n_nary.max(initial=0))),
                                np.uint16))
-        self.full.append(_rows(ch.scal, ch.n_scal, max(1, int(ch.n_scal.max(initial=0))),
-                               np.float64))
-        self.index.append(ch.index)
-        self.coef.append(ch.coef)
+        # (operands per position of the first chunk size the arrays for the rest)
+        self.operands.append(ch.index, ch.coef,
+                             int(len(ch.index) / max(1, n) * max(self.expected, n) * 1.25) + 1)
 
     def finish(self) -> Store:
         """The store (the builder is spent)."""
         t_recs, n_seg = self.t_recs, self.n_seg
         tmpl = self.tmpl.trimmed()
-        n = len(tmpl)
         # (the headers without their hash: column c is TI_VALUES + c)
         info = np.array(self.t_infos, np.int64).reshape(len(t_recs), TI_OUTPUTS - TI_VALUES + n_seg)
         recs = np.concatenate(t_recs) if t_recs else np.zeros((0, 4), np.int32)
         t_first = np.zeros(len(t_recs) + 1, np.int64)
         np.cumsum([len(r) for r in t_recs], out=t_first[1:])
-        full = self.full.trimmed()
-        self.full = None
-        # A scalar column constant over a template moves into the template.
-        t_scol = np.full((len(recs), 2), -1, np.int32)
-        t_sconst = np.zeros((len(recs), 2))
-        plans = []
-        bits = None
-        for t in range(len(t_recs)):
-            sel = np.flatnonzero(tmpl == t) if len(t_recs) > 1 else slice(None)
-            used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
-            r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
-            s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
-            bits = full[sel, : len(r_of)].view(np.int64)
-            first = bits[:1].copy()
-            const = np.all(bits == first, axis=0)                 # bitwise equal everywhere
-            t_sconst[r_of[const], s_of[const]] = first.view(np.float64)[0][const]
-            varying = np.flatnonzero(~const)
-            t_scol[r_of[varying], s_of[varying]] = np.arange(len(varying))
-            plans.append((sel, varying))
-        del bits  # (a view of `full`, which may shrink in place below)
-        width = max([1] + [len(v) for _, v in plans])
-        if len(plans) == 1:                            # the varying columns, kept in place
-            varying = plans[0][1]
-            scalars = _kept_columns(full, varying) if len(varying) else np.zeros((n, 1))
-        else:
-            scalars = np.zeros((n, width))
-            for sel, varying in plans:
-                scalars[sel, : len(varying)] = full[sel][:, varying]
-        del full
+        # A scalar column constant over a template is in the template.
+        scalars, t_scol, t_sconst = self.scalars.finish(recs, t_first, tmpl)
         opnd_off = self.n_opnd.trimmed()
-        np.cumsum(opnd_off, out=opnd_off)
-        index = self.index.trimmed() if self.index is not None else np.zeros(0, np.uint16)
-        coef = self.coef.trimmed() if self.coef is not None else np.zeros(0, np.int8)
-        self.index = self.coef = None
-        index, coef, coef_bits = _packed(index, coef)
+        if opnd_off.sum(dtype=np.int64) <= np.iinfo(np.int32).max:
+            np.cumsum(opnd_off, dtype=np.int32, out=opnd_off)
+        else:  # (a copy: 8 bytes a position, for more operands than 2^31 - 1)
+            opnd_off = np.cumsum(opnd_off, dtype=np.int64)
+        index, coef, coef_bits = self.operands.finish()
+        self.scalars = self.operands = None
         out_slots = info[:, TI_OUTPUTS - TI_VALUES:].astype(np.int32).reshape(len(t_recs), n_seg)
         return Store(
             t_first=t_first, t_op=recs[:, 0].astype(np.uint16), t_out=recs[:, 1].copy(),

@@ -320,7 +320,7 @@ class CrossValidation:
 
     def _held_out(self, task: FoldTask) -> tuple[np.ndarray, np.ndarray]:
         data = load_data(self.cfg.with_values(task.changes), lambda line: None)
-        return data.held_out(), data.results[data.val]
+        return data.held_out(), data.held_out_results()
 
     def _error(self, theta: np.ndarray, positions: np.ndarray, y: np.ndarray, k: float) -> float:
         evals, self.how = integer_evals(self.host.evaluation, theta, positions)

@@ -363,7 +363,7 @@ class Run:
         engine's defaults), with the engine's integer evaluation where the evaluation has one."""
         if self.best_epoch == 0:
             return
-        positions, results = data.held_out(), data.results[data.val]
+        positions, results = data.held_out(), data.held_out_results()
         start = initial_params(self.cfg, self.registry)
         rows = [("starting parameters", start), (f"tuned (best epoch {self.best_epoch})",
                                                  self.state.best_theta)]

@@ -203,10 +203,10 @@ class Preparation:
                 if self.k is None:
                     self.warm(files.sample)
                 if digest is not None:
-                    store = self.stores.load(self.store_key(digest), len(files.results))
+                    store = self.stores.load(self.store_key(digest), files.n_positions)
                 if store is None:
                     t0 = time.perf_counter()
-                    with self.recording(len(files.results)) as recorder:
+                    with self.recording(files.n_positions) as recorder:
                         files.second_pass(self.record_into(recorder))
                         store = self.finish(recorder, t0)
                     if digest is not None:

@@ -25,11 +25,14 @@ import numpy as np
 
 #: Positions per pseudo-game when a dataset has no ``game`` column (``[data] split_block``).
 DEFAULT_BLOCK = 1024
+#: Group numbers counted at a time (`_numbered`).
+COUNT_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
 class Split:
-    """Sorted position indices of each side, and how many games each side holds."""
+    """Sorted position indices of each side (int32 when every position's fits: 4 bytes each),
+    and how many games each side holds."""
 
     train: np.ndarray
     val: np.ndarray
@@ -74,9 +77,11 @@ def split_by_group(groups: np.ndarray, fraction: float, seed: int) -> Split:
     n_val_groups = 0 if want == 0 else int(np.searchsorted(np.cumsum(counts[order]), want) + 1)
     held = np.zeros(len(counts), bool)
     held[order[:n_val_groups]] = True
+    rows = np.arange(n, dtype=np.int32 if n <= np.iinfo(np.int32).max else np.int64)
+    if not n_val_groups:  # (no mask, no copy)
+        return Split(rows, rows[:0].copy(), len(counts), 0)
     is_val = held[inverse]
-    return Split(np.flatnonzero(~is_val), np.flatnonzero(is_val),
-                 len(counts) - n_val_groups, n_val_groups)
+    return Split(rows[~is_val], rows[is_val], len(counts) - n_val_groups, n_val_groups)
 
 
 def _numbered(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +89,9 @@ def _numbered(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     `groups` itself and a count when they are 0, 1, ... with none left out (what `group_ids`
     makes: no sort, no copy), else from `np.unique`."""
     if len(groups) and groups.min() >= 0:
-        counts = np.bincount(groups)
+        counts = np.zeros(int(groups.max()) + 1, np.int64)
+        for lo in range(0, len(groups), COUNT_BLOCK):  # (bincount copies to int64 first)
+            counts += np.bincount(groups[lo: lo + COUNT_BLOCK], minlength=len(counts))
         if counts.all():
             return groups, counts
     _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)

@@ -55,6 +55,9 @@ from .targets import fit_sample
 #: apart from the per-epoch shuffle's, which the seed alone starts.
 RECORD_ORDER_STREAM = 1
 
+#: Positions of an epoch's order mapped to their rows at a time (`epoch_order`).
+ORDER_BLOCK = 1 << 16
+
 #: What the batches of a pass go to: ``sink(positions, results, score_cp)``.
 Sink = Callable[[object, np.ndarray, "np.ndarray | None"], None]
 
@@ -62,10 +65,11 @@ Sink = Callable[[object, np.ndarray, "np.ndarray | None"], None]
 @dataclass
 class Data:
     """Training and validation positions (indices into one concatenated array), split by game
-    (`tuner.train.split`)."""
+    (`tuner.train.split`). Streamed into a replay store (`DataStream`), it holds no positions
+    and no results but the validation positions' (`val_positions`, `val_results`)."""
 
-    positions: np.ndarray | None  # None: streamed into a replay store (`DataStream`)
-    results: np.ndarray
+    positions: np.ndarray | None  # None: streamed into a replay store
+    results: np.ndarray | None    # None where `positions` is
     train: np.ndarray
     val: np.ndarray
     sources: list = field(default_factory=list)
@@ -73,13 +77,19 @@ class Data:
     train_games: int = 0
     val_games: int = 0
     val_positions: np.ndarray | None = None  # ``positions[val]`` where `positions` is None
+    val_results: np.ndarray | None = None    # ``results[val]`` where `positions` is None
+    n_positions: int = 0                     # ``len(positions)`` where `positions` is None
 
     def __len__(self) -> int:
-        return len(self.results)
+        return self.n_positions if self.positions is None else len(self.results)
 
     def held_out(self) -> np.ndarray:
         """The validation positions, uint64[len(val), 9]."""
         return self.val_positions if self.positions is None else self.positions[self.val]
+
+    def held_out_results(self) -> np.ndarray:
+        """The validation positions' results, float64[len(val)]."""
+        return self.val_results if self.positions is None else self.results[self.val]
 
     def fit_sample(self) -> tuple:
         """The positions and results a K fit uses (`fit_sample` of the training positions)."""
@@ -161,7 +171,8 @@ class DataDigest:
 
 class _Labels:
     """What the first pass keeps of every dataset: results (as twice their value, one byte
-    each, while the store is being built) and game numbers."""
+    each: all a streamed run keeps of them, `DataStream.results`) and game numbers (until the
+    split)."""
 
     def __init__(self, readers: list[DatasetReader]):
         self.halves = np.empty(sum(r.n_rows for r in readers), np.uint8)
@@ -185,12 +196,6 @@ class _Labels:
         if game is not None:
             game.resize(self.sizes[-1], refcheck=False)
 
-    def results(self) -> np.ndarray:
-        """float64: every result kept (the byte per position is freed)."""
-        results = self.halves[: self.n] * 0.5
-        self.halves = None
-        return results
-
 
 class DataStream:
     """The datasets of ``[data] train`` of `cfg` open for reading in passes (see the module
@@ -210,7 +215,8 @@ class DataStream:
         #: Rows of the files (bad ones included): at most the positions there are.
         self.n_rows = sum(r.n_rows for r in self.readers)
         self.sizes: list[int] = []
-        self.results: np.ndarray | None = None
+        self.n_positions = 0
+        self.halves: np.ndarray | None = None  # twice every result, uint8 (`_Labels`)
         self.split: Split | None = None
 
     def __enter__(self) -> "DataStream":
@@ -234,12 +240,17 @@ class DataStream:
             labels.end()
             _log_source(self.log, reader.source, reader.kept, reader.n_bad, reader.with_game,
                         d["split_block"])
-        self.results = labels.results()
-        self.sizes = labels.sizes
+        self.n_positions, self.sizes = labels.n, labels.sizes
+        self.halves = labels.halves
+        self.halves.resize(labels.n, refcheck=False)
         groups = group_ids(labels.sizes, labels.games, d["split_block"])
         labels.games = []
         self.split = split_data(groups, self.cfg)
         return self.split
+
+    def results(self, rows: np.ndarray) -> np.ndarray:
+        """The results (float64) of positions `rows` (after `first_pass`)."""
+        return self.halves[rows] * 0.5
 
     def second_pass(self, sink: Sink) -> None:
         """Every batch again, to `sink` (after `first_pass`)."""
@@ -262,14 +273,17 @@ class DataStream:
     def sample(self) -> tuple:
         """The positions and results a K fit uses (`fit_sample` of the training positions)."""
         rows = self.split.train[fit_sample(len(self.split.train))]
-        return self.positions(rows), self.results[rows]
+        return self.positions(rows), self.results(rows)
 
     def data(self) -> Data:
-        """The split data (without its positions; with the validation positions)."""
+        """The split data: no positions and no results but the validation positions' (after
+        the passes: the results' bytes are freed)."""
         split = self.split
-        return Data(None, self.results, split.train, split.val,
-                    [r.source for r in self.readers], None, split.train_games, split.val_games,
-                    self.positions(split.val))
+        data = Data(None, None, split.train, split.val, [r.source for r in self.readers], None,
+                    split.train_games, split.val_games, self.positions(split.val),
+                    self.results(split.val), self.n_positions)
+        self.halves = None
+        return data
 
 
 def record_order(train: np.ndarray, val: np.ndarray, shuffle_seed: int) -> np.ndarray:
@@ -299,7 +313,15 @@ def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> 
     if training["batch_size"] == FULL_BATCH:
         return train
     if training["shuffle"] == "positions":
-        return train[rng.permutation(len(train))]
+        # ``train[rng.permutation(len(train))]`` in one array of `train`'s dtype: shuffling
+        # 0..n-1 of any dtype draws what `permutation` draws, and the rows replace the
+        # permutation in place, block by block.
+        order = np.arange(len(train), dtype=train.dtype)
+        rng.shuffle(order)
+        for lo in range(0, len(order), ORDER_BLOCK):
+            block = order[lo: lo + ORDER_BLOCK]
+            block[:] = train[block]
+        return order
     size = training["shuffle_block"]
     starts = rng.permutation(math.ceil(len(train) / size)) * size
     return np.concatenate([train[lo: lo + size] for lo in starts]) if len(starts) else train
