@@ -201,8 +201,6 @@ def test_moved_names_keep_their_old_path(old, new, names):
 #: Most parameters a function of tuner/ may take (positional, keyword-only, ``*args`` and
 #: ``**kwargs`` each one; ``self`` counts).
 MAX_PARAMETERS = 8
-#: Functions over the limit whose fix is under way elsewhere: this set is to be empty.
-PENDING = {"tuner/chess/attacks.py:count_attackers", "tuner/train/prepare.py:__init__"}
 
 
 def wide_functions(root: Path) -> list[str]:
@@ -224,8 +222,7 @@ def wide_functions(root: Path) -> list[str]:
 
 
 def test_no_function_takes_more_than_8_parameters():
-    wide = [w for w in wide_functions(PACKAGE)
-            if f"{w.split(':')[0]}:{w.split(':')[2].split(' ')[0]}" not in PENDING]
+    wide = wide_functions(PACKAGE)
     assert not wide, f"functions with more than {MAX_PARAMETERS} parameters: {wide}"
 
 

@@ -59,7 +59,6 @@ from .errors import TrainingError
 from .kernels import Batch
 from .prepare import Preparation, Prepared
 from .progress import Observer
-from .storecache import StoreCache
 from .stream import Data, DataStream, find_data, record_order
 from .warmup import warm_positions
 from .workers import Workers, split_params
@@ -207,9 +206,7 @@ class Share:
         cfg = Config(spec.values, None if spec.path is None else Path(spec.path))
         evaluation = get_evaluation(cfg["evaluation"]["name"], cfg.resolve_path("."))
         quiet = lambda line: None  # noqa: E731  (the driver logs the run)
-        stores = StoreCache(cfg, evaluation, quiet) if cfg["training"]["store_cache"] else None
-        prep = Preparation(cfg, evaluation, spec.theta, spec.k, spec.threads, Observer(), quiet,
-                           stores)
+        prep = Preparation(cfg, evaluation, spec.theta, spec.k, spec.threads, Observer(), quiet)
         prep.warm(None)
         t0 = time.perf_counter()
         positions, results, scores = read_share(cfg, evaluation.trace, rows, files)

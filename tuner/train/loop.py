@@ -56,7 +56,7 @@ from .pull import Pull
 from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, claim_new_dir,
                      discard_new_run, read_meta, write_meta)
 from .schedule import check_patterns, learning_rate, trainable_mask
-from .storecache import StoreCache
+from .storecache import store_cache
 from .stream import Data, batch_positions, epoch_order, find_data, load_data
 from .targets import mse_at
 from tuner.tape.player import FreezeError
@@ -141,7 +141,7 @@ class Run:
         #: What the checkpoint holds; everything that changes as the run trains.
         self.state = TrainState.start(initial_params(cfg, self.registry), k, tr["shuffle_seed"])
         self.outputs = Outputs(out_dir, self.evaluation, log)
-        self.stores = StoreCache(cfg, self.evaluation, self.log) if tr["store_cache"] else None
+        self.stores = store_cache(cfg, self.evaluation, self.log)
         self.optimizer = Optimizer(cfg["optimizer"])
         #: ``[cluster]`` (address, workers): workers >= 1 computes the batches on Ray actors.
         self.cluster = (cfg["cluster"]["address"], cfg["cluster"]["workers"])
@@ -237,7 +237,7 @@ class Run:
     def preparation(self) -> Preparation:
         """What comes before the run's first epoch (`tuner.train.prepare`)."""
         return Preparation(self.cfg, self.evaluation, self.theta, self.k, self.n_threads,
-                           self.observer, self.log, self.stores)
+                           self.observer, self.log)
 
     def train(self, data: Data | None = None) -> dict:
         """The epochs from the current one to `self.epochs` (`data` None: the configuration's)."""

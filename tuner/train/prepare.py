@@ -35,7 +35,7 @@ from .errors import TrainingError
 from .optimizer import Optimizer
 from .progress import Observer
 from .record import StoreRecorder, record_store
-from .storecache import StoreCache
+from .storecache import store_cache
 from .stream import Data, DataDigest, DataStream, in_record_order, load_data
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, mse_at
 from .warmup import warm_positions, warm_up
@@ -68,14 +68,14 @@ class Prepared:
 
 class Preparation:
     """The preparation of a run of `cfg` tuning `evaluation` from parameters `theta` on
-    `n_threads` threads, K `k` (None: ``[loss] k = "fit"``), with the run's `observer`, `log`
-    and `stores` (None without ``[training] store_cache``)."""
+    `n_threads` threads, K `k` (None: ``[loss] k = "fit"``), with the run's `observer` and
+    `log`; its store cache is the configuration's (`tuner.train.storecache.store_cache`)."""
 
     def __init__(self, cfg: Config, evaluation, theta: np.ndarray, k: float | None,
-                 n_threads: int, observer: Observer, log: Callable[[str], None],
-                 stores: StoreCache | None):
+                 n_threads: int, observer: Observer, log: Callable[[str], None]):
         self.cfg, self.evaluation, self.theta, self.k = cfg, evaluation, theta, k
-        self.n_threads, self.observer, self.log, self.stores = n_threads, observer, log, stores
+        self.n_threads, self.observer, self.log = n_threads, observer, log
+        self.stores = store_cache(cfg, evaluation, log)
         self.loss = LOSS_FORMS[cfg["loss"]["function"]]
         self.eager = cfg["training"]["mode"] == "eager"
         self.compiling = CompileWatch()

@@ -46,6 +46,12 @@ def evict_stores(folder: Path, keep: int) -> list[Path]:
     return old
 
 
+def store_cache(cfg: Config, evaluation, log: Callable[[str], None]) -> "StoreCache | None":
+    """The store cache of `cfg` for `evaluation` (logging with `log`), or None without
+    ``[training] store_cache``."""
+    return StoreCache(cfg, evaluation, log) if cfg["training"]["store_cache"] else None
+
+
 class StoreCache:
     """The store cache of configuration `cfg` (``[training] store_cache``, which must be set)
     for `evaluation`'s stores; what it does is logged with `log`."""
