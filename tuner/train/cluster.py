@@ -130,10 +130,11 @@ def prepare(prep: Preparation, data: Data | None) -> ClusterPrepared:
     if tr["shuffle"] == "blocks":  # the store's rows: the training rows shuffled, then the val
         rows = record_order(data.train, data.val, tr["shuffle_seed"])
         n_train = len(data.train)
-        data = Data(None, data.results[rows], np.arange(n_train), np.arange(n_train, len(rows)),
-                    data.sources, None, data.train_games, data.val_games, data.val_positions)
+        data = Data(None, None, np.arange(n_train), np.arange(n_train, len(rows)), data.sources,
+                    None, data.train_games, data.val_games, data.val_positions,
+                    data.val_results, len(rows))
     reg = evaluation.registry
-    layout = Layout(len(data.results), reg.n_params, 2 * reg.n_params + reg.n_values, rows,
+    layout = Layout(len(data), reg.n_params, 2 * reg.n_params + reg.n_values, rows,
                     layout_files)
     return ClusterPrepared(data, prep.k, layout)
 
