@@ -37,13 +37,28 @@ DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "t
 CHUNK = 4096
 
 
-@njit(cache=True, nogil=True)
-def run_features(positions, acc):
-    s = 0
-    for i in range(positions.shape[0]):
-        s += features(positions[i], acc)
-        lin_clear(acc)
-    return s
+def features_kernel(features, clears: bool):
+    """An njit loop of an evaluation's `features` over the positions, the accumulators cleared
+    after each one where `clears` (a 10d79e6 `features` clears its own)."""
+    if clears:
+        @njit(nogil=True)
+        def run(positions, acc):
+            s = 0
+            for i in range(positions.shape[0]):
+                s += features(positions[i], acc)
+                lin_clear(acc)
+            return s
+    else:
+        @njit(nogil=True)
+        def run(positions, acc):
+            s = 0
+            for i in range(positions.shape[0]):
+                s += features(positions[i], acc)
+            return s
+    return run
+
+
+run_features = features_kernel(features, clears=True)
 
 
 @njit(cache=True, nogil=True)

@@ -30,7 +30,7 @@ from numba import njit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from eval_bench import timeit  # noqa: E402
+from eval_bench import features_kernel, timeit  # noqa: E402
 from record_bench import EVALUATIONS, K, setup  # noqa: E402
 
 from tuner.chess.attacks import piece_attacks  # noqa: E402
@@ -65,29 +65,6 @@ def attacks_only(positions):
     return s
 
 
-def features_kernel(module):
-    """An njit loop of `module.features` over the positions (accumulators cleared each time)."""
-    features = module.features
-    from tuner.tape import lin_clear
-
-    if hasattr(module, "Scratch"):  # 10d79e6: features clears its accumulators itself
-        @njit(nogil=True)
-        def run(positions, scratch):
-            s = 0
-            for i in range(positions.shape[0]):
-                s += features(positions[i], scratch)
-            return s
-    else:
-        @njit(nogil=True)
-        def run(positions, scratch):
-            s = 0
-            for i in range(positions.shape[0]):
-                s += features(positions[i], scratch)
-                lin_clear(scratch)
-            return s
-    return run
-
-
 def stages(ev, module, positions, micro):
     """The stage functions of `ev` (see the module docstring), each over every position."""
     n = len(positions)
@@ -96,7 +73,8 @@ def stages(ev, module, positions, micro):
     batch = Labelled(positions, results, K, F_SIGMOID_SQ_ERR)
     slots = np.zeros((2, micro), np.int64)
     state = [new_training_tape(ev.registry, micro), ev.new_scratch()]
-    run_features = features_kernel(module)
+    # (10d79e6's features clear its accumulators themselves)
+    run_features = features_kernel(module.features, clears=not hasattr(module, "Scratch"))
     # grown once to the evaluation's records per position, as record_positions does
     state[0], state[1] = record_positions(ev, state[0], state[1], batch, rows[:micro],
                                           slots[:, : min(n, micro)])
