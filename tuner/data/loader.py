@@ -336,12 +336,10 @@ class DatasetReader:
         """The file rows of valid rows `kept` (indices among the valid rows, after a pass)."""
         return file_rows(kept, self.bad_file_rows())
 
-    def read_rows(self, rows: np.ndarray) -> tuple:
-        """``(positions, results, score_cp)`` of file rows `rows` (increasing, every one valid
-        when the file was read before), read again: only the row groups that hold them are
-        read and only these rows parsed. DatasetError if one of them is not valid now."""
-        rows = np.asarray(rows, np.int64)
-        parts: list[Batch] = []
+    def _taken(self, rows: np.ndarray, columns: list) -> Iterator[tuple]:
+        """``(lo, batch)`` for each batch of the file holding some of file rows `rows`
+        (increasing): `batch` those rows of `columns`, ``rows[lo:lo + len(batch)]``. Only the row
+        groups that hold them are read; DatasetError if the file has fewer rows now."""
         done = start = 0
         md = self.pf.metadata
         with self._arrow_errors():
@@ -351,19 +349,30 @@ class DatasetReader:
                     start = stop
                     continue
                 for batch in self.pf.iter_batches(batch_size=self.batch_rows, row_groups=[g],
-                                                  columns=self.columns, use_threads=False):
+                                                  columns=columns, use_threads=False):
                     hi = int(np.searchsorted(rows, start + batch.num_rows))
                     if hi > done:
-                        b = self._parse(batch.take(pa.array(rows[done:hi] - start)), start, [])
-                        if b.ok is not None:
-                            row = int(rows[done + int(np.flatnonzero(~b.ok)[0])])
-                            raise DatasetError(f"{self.source}: row {row}: changed since it "
-                                               f"was read (no longer a valid row)")
-                        parts.append(b)
+                        yield done, batch.take(pa.array(rows[done:hi] - start))
                         done = hi
                     start += batch.num_rows
         if done != len(rows):
             raise DatasetError(f"{self.source}: changed since it was read (fewer rows)")
+
+    def _changed(self, row: int, why: str) -> DatasetError:
+        return DatasetError(f"{self.source}: row {row}: changed since it was read ({why})")
+
+    def read_rows(self, rows: np.ndarray) -> tuple:
+        """``(positions, results, score_cp)`` of file rows `rows` (increasing, every one valid
+        when the file was read before), read again: only the row groups that hold them are
+        read and only these rows parsed. DatasetError if one of them is not valid now."""
+        rows = np.asarray(rows, np.int64)
+        parts: list[Batch] = []
+        for lo, taken in self._taken(rows, self.columns):
+            b = self._parse(taken, int(rows[lo]), [])
+            if b.ok is not None:
+                raise self._changed(int(rows[lo + int(np.flatnonzero(~b.ok)[0])]),
+                                    "no longer a valid row")
+            parts.append(b)
         if not parts:
             return self.no_positions(), np.zeros(0), None
         return (traces.concat_positions([b.positions for b in parts]),
@@ -383,25 +392,12 @@ class DatasetReader:
             return self._trace_rows(np.asarray(kept, np.int64))
         rows = self.file_rows(np.asarray(kept, np.int64))
         out = np.empty((len(rows), POSITION_WORDS), np.uint64)
-        done = start = 0
-        with self._arrow_errors():
-            for batch in self.pf.iter_batches(batch_size=self.batch_rows, columns=["fen"],
-                                              use_threads=False):
-                stop = start + batch.num_rows
-                hi = int(np.searchsorted(rows, stop))
-                if hi > done:
-                    fens = batch.column(0).take(pa.array(rows[done:hi] - start))
-                    pos, status = parse_fen_array(fens)
-                    if status.any():
-                        i = int(np.flatnonzero(status)[0])
-                        raise DatasetError(f"{self.source}: row {int(rows[done + i])}: "
-                                           f"changed since it was read "
-                                           f"({status_text(status[i])})")
-                    out[done:hi] = pos
-                    done = hi
-                start = stop
-        if done != len(rows):
-            raise DatasetError(f"{self.source}: changed since it was read (fewer rows)")
+        for lo, taken in self._taken(rows, ["fen"]):
+            pos, status = parse_fen_array(taken.column(0))
+            if status.any():
+                i = int(np.flatnonzero(status)[0])
+                raise self._changed(int(rows[lo + i]), status_text(status[i]))
+            out[lo: lo + len(pos)] = pos
         return out
 
     def _trace_rows(self, kept: np.ndarray) -> traces.TraceRows:
