@@ -60,7 +60,7 @@ def test_eval_names_illegal_positions_per_line(runner, tmp_path):
     r = runner.invoke(main, ["eval", "--file", str(f)])
     assert r.exit_code != 0
     assert r.stdout.splitlines() == [f"{START};59"]
-    assert r.stderr.splitlines() == [
+    assert _errors(r) == [
         f"{f}:2: side to move: Black to move, but White's king on g1 is in check: 'b'",
         f"{f}:3: castling: right 'K' names no White rook on that side of the king on rank 1: 'KQ'",
         f"{f}:4: en passant: e6, but no Black pawn stands on e5 (no double push was just made): "
