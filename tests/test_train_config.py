@@ -13,7 +13,7 @@ from textedit import replace_once
 from tuner.cli import main
 from tuner.evals import clockwork as cw
 from tuner.shipped import find_config, shipped_configs
-from tuner.train.config import SCHEMA, ConfigError, describe, load_config, validate
+from tuner.train.config import SCHEMA, Config, ConfigError, describe, load_config, validate
 from tuner.train.loop import Run, load_data
 from tuner.train.schedule import check_patterns, learning_rate, trainable_mask
 
@@ -400,3 +400,31 @@ def test_clockwork_head_recipe_is_the_engine_tuners():
         assert learning_rate(lr, cfg["optimizer"]["lr"], epoch) == pytest.approx(expect, rel=1e-6)
     t = cfg["training"]
     assert (t["epochs"], t["batch_size"], cfg["loss"]["k"]) == (450, 16 * 16384, 1 / 400)
+
+
+#: The ``[training]`` keys added after runs existed, which the digest leaves out where they
+#: change nothing (so that those runs resume and keep their caches).
+ADDED_LATER = ("segment", "shuffle", "shuffle_block")
+
+
+@pytest.mark.parametrize("training, left_out", [
+    ({}, ADDED_LATER),
+    ({"segment": 1 << 18, "shuffle_block": 7}, ADDED_LATER),  # segment's default; no blocks
+    ({"shuffle": "blocks"}, ("segment",)),
+    ({"segment": 500}, ("shuffle", "shuffle_block")),
+    ({"segment": 500, "shuffle": "blocks", "shuffle_block": 7}, ())])
+def test_the_digest_leaves_out_the_keys_added_later_only_where_they_change_nothing(training,
+                                                                                    left_out):
+    """A configuration without the keys left out (as it was before they existed) has the same
+    digest; without any other of the keys added later, a different one."""
+    cfg = validate(_raw(training=training), "x")
+
+    def without(keys):
+        values = json.loads(json.dumps(cfg.values))
+        for key in keys:
+            del values["training"][key]
+        return Config(values).digest()
+
+    assert without(left_out) == cfg.digest()
+    for key in set(ADDED_LATER) - set(left_out):
+        assert without([key]) != cfg.digest(), key

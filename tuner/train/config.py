@@ -372,6 +372,27 @@ def _check_type(value, types) -> bool:
     return isinstance(value, types)
 
 
+@dataclass(frozen=True)
+class DigestOmission:
+    """Keys of one section that `Config.digest` leaves out while a key of that section (one of
+    them, or another) has a value: keys added after runs existed, left out where they do not
+    change what such runs did, so that those runs keep their digest (they resume, their caches
+    hold)."""
+
+    section: str
+    keys: tuple[str, ...]
+    when: str    # the key of `section` whose value decides
+    value: Any   # the value at which `keys` are left out
+
+
+#: Every key `Config.digest` leaves out at a value (a key added later is one more row): the
+#: ``segment`` at its default, and the block shuffle's keys under the position shuffle.
+DIGEST_OMISSIONS = (
+    DigestOmission("training", ("segment",), "segment", DEFAULT_SEGMENT),
+    DigestOmission("training", SHUFFLE_KEYS, "shuffle", SHUFFLES[0]),
+)
+
+
 @dataclass
 class Config:
     """A validated configuration: ``values[section][key]``, with defaults filled in."""
@@ -392,11 +413,10 @@ class Config:
         v = json.loads(json.dumps(self.values))
         for section, key in RESUME_FREE:
             v[section].pop(key, None)
-        if v["training"]["segment"] == DEFAULT_SEGMENT:  # as before the key was added
-            v["training"].pop("segment")
-        if v["training"]["shuffle"] == SHUFFLES[0]:  # the position shuffle, as before the keys
-            for key in SHUFFLE_KEYS:  # were added: left out, so that such runs still resume
-                v["training"].pop(key)
+        for left in DIGEST_OMISSIONS:  # decided on the values as they are (not as left out)
+            if self.values[left.section].get(left.when) == left.value:
+                for key in left.keys:
+                    v[left.section].pop(key, None)
         v = {section: keys for section, keys in v.items() if keys}  # [cluster]: all free
         return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
 
