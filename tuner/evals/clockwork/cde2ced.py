@@ -462,25 +462,15 @@ def registry() -> ParamRegistry:
     return LAYOUT.read(PARAMS_PATH)
 
 
-def check_layout(reg: ParamRegistry) -> None:
-    """Raise ValueError if `reg` does not have the layout this evaluation indexes into."""
-    LAYOUT.check(reg)
+#: Raise ValueError if a registry does not have the layout this evaluation indexes into.
+check_layout = LAYOUT.check
 
 
 def load_params(params=None, value_params=None) -> Params:
     """`Params` (pairs float64[n_pairs, 2], values float64[0]): the defaults (None), a
     ParamRegistry or JSON path, or an array of pair values. cde2ced has no value parameters:
     `value_params` must be None or empty."""
-    if isinstance(params, (str, os.PathLike)):
-        params = ParamRegistry.from_json(params)
-    if isinstance(params, ParamRegistry):
-        check_layout(params)
-        return Params(np.array(params.defaults), np.array(params.value_defaults))
-    reg = registry()
-    pairs = np.array(reg.defaults) if params is None else reg.check_values(params)
-    values = (np.array(reg.value_defaults) if value_params is None
-              else reg.check_value_values(value_params))
-    return Params(pairs, values)
+    return LAYOUT.load_params(registry(), params, value_params)
 
 
 class Totals(NamedTuple):

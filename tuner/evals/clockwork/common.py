@@ -6,7 +6,7 @@ contract's return types and the breakdown table.
 * `add_nonzero`: `lin_add` for counts that are often zero, so that they never reach the tape.
 * `PHASE_MAX` (`tuner.chess.position`'s) and the relative-rank masks both versions use.
 * `Layout`: an evaluation's offsets table (its `Pair` and `Value` enums), checked against a
-  registry by `Layout.check`.
+  registry by `Layout.check`; `Layout.load_params` is every version's `load_params`.
 * `Params`, `Evaluated`, `Counts`: what every version's `load_params`, `evaluate_positions` /
   `evaluate_fen` and `feature_counts` return (the contract of `tuner.evals.clockwork`).
 * `check_domain`: the positions both evaluations define.
@@ -14,6 +14,7 @@ contract's return types and the breakdown table.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -166,6 +167,21 @@ class Layout:
         reg = ParamRegistry.from_json(path)
         self.check(reg)
         return reg
+
+    def load_params(self, default: ParamRegistry, params=None, value_params=None) -> Params:
+        """An evaluation's `load_params`: `Params` (pairs float64[n_pairs, 2], values
+        float64[n_values]) of a ParamRegistry or JSON path (checked to have this layout), or of
+        arrays of pair and value parameters checked against the registry `default`, whose
+        values stand in for those not given (None)."""
+        if isinstance(params, (str, os.PathLike)):
+            params = ParamRegistry.from_json(params)
+        if isinstance(params, ParamRegistry):
+            self.check(params)
+            return Params(np.array(params.defaults), np.array(params.value_defaults))
+        pairs = np.array(default.defaults) if params is None else default.check_values(params)
+        values = (np.array(default.value_defaults) if value_params is None
+                  else default.check_value_values(value_params))
+        return Params(pairs, values)
 
 
 class Params(NamedTuple):
