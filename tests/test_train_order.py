@@ -23,7 +23,9 @@ from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import StoreBuilder, build_store, extract
 from tuner.train.kernels import WORD_BITS, store_order
 from tuner.train.record import Labelled, new_training_tape, record_positions, record_store
-from tuner.train.workers import EagerSource, ReplaySource, Workers
+from tuner.train.workers import Workers
+
+from test_train_replay import eager_and_replay, perturbed
 
 K = 0.0025
 
@@ -47,38 +49,27 @@ def test_store_order_sorts_distinct_rows_and_detects_repeats(rows, unique):
     assert not bits.any()
 
 
-def _theta(ev, seed):
-    reg = ev.registry
-    rng = np.random.default_rng(seed)
-    return np.concatenate([(reg.defaults * rng.uniform(0.5, 1.5, reg.defaults.shape)).ravel(),
-                           reg.value_defaults * rng.uniform(0.5, 1.5, reg.n_values)])
-
-
 @pytest.mark.parametrize("name", ["clockwork", "clockwork-10d79e6"])
 def test_batch_gradient_does_not_depend_on_the_order_of_its_rows(tiny, name):
     ev = get_evaluation(name)
     store = record_store(ev, tiny.positions, tiny.results, K, n_threads=2, micro=64)
-    theta = _theta(ev, 1)
+    theta = perturbed(ev, 1)
     batch = np.random.default_rng(2).permutation(len(tiny.positions))[:700]
     seen = set()
-    for threads in (1, 2):
-        for st_ in (None, store):
-            source = (EagerSource(ev, tiny.positions, tiny.results, K) if st_ is None
-                      else ReplaySource(st_))
-            w = Workers(source, threads, 64, len(batch) + 5)
-            try:
-                for perm_seed in (3, 4):
-                    rows = np.random.default_rng(perm_seed).permutation(batch)
-                    sse, grad = w.loss_grad(theta, rows)
-                    seen.add((sse, grad.tobytes()))
-                # A batch naming a row twice is sorted plainly: its result is its sorted one's.
-                twice = np.concatenate([batch[:5], batch])
-                sse, grad = w.loss_grad(theta, twice)
-                ref = w.loss_grad(theta, np.sort(twice))
-            finally:
-                w.close()
-            assert np.count_nonzero(grad) > 0 and (sse, grad.tobytes()) == (ref[0],
-                                                                              ref[1].tobytes())
+    for threads, source in eager_and_replay(ev, tiny, K, store):
+        w = Workers(source, threads, 64, len(batch) + 5)
+        try:
+            for perm_seed in (3, 4):
+                rows = np.random.default_rng(perm_seed).permutation(batch)
+                sse, grad = w.loss_grad(theta, rows)
+                seen.add((sse, grad.tobytes()))
+            # A batch naming a row twice is sorted plainly: its result is its sorted one's.
+            twice = np.concatenate([batch[:5], batch])
+            sse, grad = w.loss_grad(theta, twice)
+            ref = w.loss_grad(theta, np.sort(twice))
+        finally:
+            w.close()
+        assert np.count_nonzero(grad) > 0 and (sse, grad.tobytes()) == (ref[0], ref[1].tobytes())
     assert len(seen) == 1
 
 

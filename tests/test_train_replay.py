@@ -71,12 +71,23 @@ def test_store_is_the_same_for_any_thread_count_and_micro_batch(tiny, name):
         assert x.dtype == y.dtype and np.array_equal(x, y), field
 
 
-def _perturbed(ev, seed):
+def perturbed(ev, seed):
+    """A flat parameter vector of `ev` (pairs, then values): each default times a factor drawn
+    from [0.5, 1.5)."""
     rng = np.random.default_rng(seed)
     reg = ev.registry
     pairs = reg.defaults * rng.uniform(0.5, 1.5, size=reg.defaults.shape)
     values = reg.value_defaults * rng.uniform(0.5, 1.5, size=reg.n_values)
     return np.concatenate([pairs.reshape(-1), values])
+
+
+def eager_and_replay(ev, data, k, store):
+    """The (threads, source) pairs a bitwise comparison goes through: 1 and 2 threads, each with
+    the eager source of `data`'s positions and results (at K = `k`) and the replay source of
+    `store` (both made anew for each)."""
+    for threads in (1, 2):
+        yield threads, EagerSource(ev, data.positions, data.results, k)
+        yield threads, ReplaySource(store)
 
 
 @pytest.mark.parametrize("name", ["clockwork", "material", nonlinear_eval.NAME])
@@ -85,21 +96,18 @@ def test_replay_equals_eager_bitwise(tiny, name):
     agree to the bit, for any thread count; the gradient is not trivially zero."""
     ev = get_evaluation(name)
     store = record_store(ev, tiny.positions, tiny.results, K, n_threads=2, micro=64)
-    theta = _perturbed(ev, 3)
+    theta = perturbed(ev, 3)
     batch = np.random.default_rng(4).permutation(len(tiny.positions))[:1500]
     seen = set()
-    for threads in (1, 2):
-        for st in (None, store):
-            source = (EagerSource(ev, tiny.positions, tiny.results, K) if st is None
-                      else ReplaySource(st))
-            w = Workers(source, threads, 64, 1500)
-            try:
-                sse, grad = w.loss_grad(theta, batch)
-                val_sse, _ = w.loss_grad(theta, batch, with_grad=False)
-            finally:
-                w.close()
-            assert val_sse == sse and np.count_nonzero(grad) > 0.5 * ev.registry.n_values
-            seen.add((sse, grad.tobytes()))
+    for threads, source in eager_and_replay(ev, tiny, K, store):
+        w = Workers(source, threads, 64, 1500)
+        try:
+            sse, grad = w.loss_grad(theta, batch)
+            val_sse, _ = w.loss_grad(theta, batch, with_grad=False)
+        finally:
+            w.close()
+        assert val_sse == sse and np.count_nonzero(grad) > 0.5 * ev.registry.n_values
+        seen.add((sse, grad.tobytes()))
     assert len(seen) == 1
 
 
