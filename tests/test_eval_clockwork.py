@@ -32,12 +32,19 @@ def reg():
     return cw.registry()
 
 
-@pytest.fixture(scope="module")
-def vectors():
-    with open(VECTORS) as f:
+def read_vectors(path):
+    """The records of a JSON-lines vectors file and their positions uint64[N, 9] (from each
+    record's "fen", every one valid)."""
+    with open(path) as f:
         vs = [json.loads(line) for line in f]
     pos, status = parse_fen_list([v["fen"] for v in vs])
     assert not status.any()
+    return vs, pos
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    vs, pos = read_vectors(VECTORS)
     expected = np.zeros((len(vs), cw.N_PARAMS), np.int32)
     for i, v in enumerate(vs):
         for j, c in v["features"].items():

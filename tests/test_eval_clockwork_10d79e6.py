@@ -7,13 +7,12 @@ tuning build's continuous eval and the gradient of that with respect to every pa
 parameter). Also: finite differences of the tape's gradient, replay with other parameters, the
 colour-flip symmetry and the integer pipeline's pieces (sigmoid table, rounding).
 """
-import json
 
 import numpy as np
 import pytest
 
 import shared
-from test_eval_clockwork import _colour_flip
+from test_eval_clockwork import _colour_flip, read_vectors
 
 from tuner.chess.fen import parse_fen, parse_fen_list
 from tuner.evals import clockwork_10d79e6 as ev
@@ -40,10 +39,7 @@ FD_POSITIONS = {
 
 @pytest.fixture(scope="module")
 def vectors():
-    with open(VECTORS) as f:
-        vs = [json.loads(line) for line in f]
-    pos, status = parse_fen_list([v["fen"] for v in vs])
-    assert not status.any()
+    vs, pos = read_vectors(VECTORS)
     grad = np.zeros((len(vs), ev.N_PAIRS, 2))
     value_grad = np.zeros((len(vs), ev.N_VALUES))
     for i, v in enumerate(vs):
