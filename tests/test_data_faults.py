@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from disks import remount, small_disk
+from shared import stderr_lines
 from tuner.cli import main
-from tuner.compiling import COMPILING
 from tuner.data import DatasetError, convert_files
 from tuner.data.errors import SHOW_BAD
 
@@ -129,8 +129,7 @@ def test_lone_cr_does_not_shift_line_numbers(tmp_path):
     p = tmp_path / "in.txt"
     p.write_bytes(f"{FENS[0]}\r{LINES[1]}\n{LINES[2]}\nnot a fen;w\n".encode())
     r = _invoke("eval", "--file", p)
-    labels = [ln.split(": ")[0] for ln in r.stderr.splitlines()
-              if not ln.startswith(COMPILING)]  # (a cold cache's announcement)
+    labels = [ln.split(": ")[0] for ln in stderr_lines(r)]
     assert labels == [f"{p}:1", f"{p}:3"], r.stderr
     assert _eval_lines(r) == [_eval_lines(_invoke("eval", FENS[2]))[0]]
     summary = convert_files([p], tmp_path / "o.parquet", fmt="clockwork")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shared import stderr_lines
 from tuner.chess.fen import parse_fen_list
-from tuner.compiling import COMPILING
 from tuner.cli import main
 from tuner.evals import clockwork as cw
 from tuner.evals.export import round_params
@@ -20,11 +20,6 @@ ENDGAME = "8/3k4/8/1PP3p1/6P1/p4K2/R7/7r w - - 0 45"
 @pytest.fixture
 def runner():
     return CliRunner()
-
-
-def _errors(r) -> list:
-    """The stderr lines of a result, without the announcement of a first run's compilation."""
-    return [line for line in r.stderr.splitlines() if not line.startswith(COMPILING)]
 
 
 def test_eval_arguments(runner):
@@ -44,7 +39,7 @@ def test_eval_file_with_bad_line(runner, tmp_path):
     r = runner.invoke(main, ["eval", "--file", str(f)])
     assert r.exit_code != 0
     assert r.stdout.splitlines() == [f"{START};59", f"{ENDGAME};318", f"{KIWIPETE};-58"]
-    err = _errors(r)
+    err = stderr_lines(r)
     assert len(err) == 2
     assert err[0].startswith(f"{f}:2: ") and "piece placement" in err[0]
     assert err[1].startswith(f"{f}:5: ") and "king" in err[1]
@@ -60,7 +55,7 @@ def test_eval_names_illegal_positions_per_line(runner, tmp_path):
     r = runner.invoke(main, ["eval", "--file", str(f)])
     assert r.exit_code != 0
     assert r.stdout.splitlines() == [f"{START};59"]
-    assert _errors(r) == [
+    assert stderr_lines(r) == [
         f"{f}:2: side to move: Black to move, but White's king on g1 is in check: 'b'",
         f"{f}:3: castling: right 'K' names no White rook on that side of the king on rank 1: 'KQ'",
         f"{f}:4: en passant: e6, but no Black pawn stands on e5 (no double push was just made): "
@@ -78,7 +73,7 @@ def test_eval_bad_argument(runner):
     r = runner.invoke(main, ["eval", START, "8/8/8 w - - 0 1"])
     assert r.exit_code != 0
     assert r.stdout.splitlines() == [f"{START};59"]
-    assert _errors(r)[0].startswith("arg:2: ")
+    assert stderr_lines(r)[0].startswith("arg:2: ")
 
 
 def test_eval_needs_input(runner):

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from tuner.compiling import COMPILING
+from shared import stderr_lines
 from tuner.cli import main
 from tuner.data.convert import UTF8_BOM, convert_files
 from tuner.data.errors import SHOW_BAD
@@ -32,7 +32,7 @@ def tmp_folder(tmp_path, monkeypatch):
 
 def _eval(*args):
     r = CliRunner().invoke(main, ["eval", *map(str, args)])
-    return r, [ln for ln in r.stderr.splitlines() if not ln.startswith(COMPILING)]
+    return r, stderr_lines(r)
 
 
 def test_invalid_lines_past_the_first_ones_go_to_a_named_report(tmp_path, tmp_folder):

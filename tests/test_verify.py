@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from shared import stderr_lines
 from tuner.cli import main
-from tuner.compiling import COMPILING
 
 ENGINE = Path(__file__).with_name("uci_engine.py")
 #: White and Black to move, an endgame, and (last) a Chess960 position whose castling rights
@@ -38,8 +38,7 @@ def verify(*args: str):
 
 
 def _errors(r) -> list:
-    return [line for line in r.stderr.splitlines()
-            if not line.startswith(COMPILING) and not line.startswith("verifying ")]
+    return [line for line in stderr_lines(r) if not line.startswith("verifying ")]
 
 
 def test_agrees_with_engine_and_switches_chess960_on(positions, tmp_path):
