@@ -14,7 +14,10 @@ from tuner.compiling import COMPILING
 REPO = Path(__file__).resolve().parents[1]
 _OTHER = os.environ.get("TUNER_SHARED")
 SPEC = Path(_OTHER) / "spec" if _OTHER else REPO / "tests" / "data" / "spec"
-DATASETS = Path(_OTHER) / "datasets" if _OTHER else REPO / "tuner" / "samples"
+#: The sample sets shipped in the package (whatever $TUNER_SHARED names), and the tiny one.
+SAMPLES = REPO / "tuner" / "samples"
+TINY_PARQUET = SAMPLES / "tiny.parquet"
+DATASETS = Path(_OTHER) / "datasets" if _OTHER else SAMPLES
 
 if not SPEC.is_dir() or not DATASETS.is_dir():
     raise RuntimeError(f"reference data not found: expected {SPEC} and {DATASETS}"

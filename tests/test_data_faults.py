@@ -13,14 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from disks import remount, small_disk
-from shared import stderr_lines
+from shared import SAMPLES, TINY_PARQUET, stderr_lines
 from tuner.cli import main
 from tuner.data import DatasetError, convert_files
 from tuner.data.errors import SHOW_BAD
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_TXT = ROOT / "tuner" / "samples" / "tiny.txt"
-TINY_PARQUET = ROOT / "tuner" / "samples" / "tiny.parquet"
+TINY_TXT = SAMPLES / "tiny.txt"
 LINES = TINY_TXT.read_text().splitlines()[:40]           # FEN;w|d|b
 FENS = [ln.split(";")[0] for ln in LINES]
 RESULT = {"w": ("1.0", "1-0"), "d": ("0.5", "1/2-1/2"), "b": ("0.0", "0-1")}

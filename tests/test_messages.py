@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from shared import REPO, TINY_PARQUET
 from tuner.cli import main
 from tuner.data import load_dataset
 from tuner.data.errors import DatasetError
@@ -20,11 +21,9 @@ from tuner.data.registry import ENV_VAR
 from tuner.train.config import ConfigError, load_config
 from tuner.train.loop import Run, TrainingError, start_run
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tuner" / "samples" / "tiny.parquet"
 TOML = f"""\
 [data]
-train = ["{TINY}"]
+train = ["{TINY_PARQUET}"]
 
 [training]
 epochs = 1
@@ -100,14 +99,14 @@ def test_a_registry_entry_that_is_no_regular_file(tmp_path, monkeypatch, target,
 
 
 def test_an_all_null_game_column_is_said_and_not_one_game(tmp_path, capsys):
-    table = pq.read_table(TINY)
+    table = pq.read_table(TINY_PARQUET)
     nulls = pa.nulls(table.num_rows, table.schema.field("game").type)
     path = tmp_path / "nogames.parquet"
     pq.write_table(table.set_column(table.schema.get_field_index("game"), "game", nulls), path)
     data = load_dataset(path, with_game=True)
     assert data.game is None and len(data) == table.num_rows
     assert f"{path}: note: column 'game' is all null" in capsys.readouterr().err
-    with_games = load_dataset(TINY, with_game=True)
+    with_games = load_dataset(TINY_PARQUET, with_game=True)
     assert len(np.unique(with_games.game)) > 1
 
 
@@ -118,8 +117,8 @@ def test_the_docs_say_that_a_config_runs_the_code_it_names():
     assert "A module or file is imported, so its code runs with your rights: a configuration " \
            "from someone else runs their code" in reference
     assert "A registry's `file` may be any path, absolute or with `..`" in reference
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    usage = " ".join((ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    usage = " ".join((REPO / "docs" / "usage.md").read_text(encoding="utf-8").split())
     assert "a configuration from someone else whose `[evaluation] name` is a `.py` file or a " \
            "module runs their code" in readme
     assert "A registry's `file` may be any path: relative to the registry, absolute, or with " \

@@ -26,17 +26,16 @@ from click.testing import CliRunner
 
 from tuner import fileio
 from disks import remount, small_disk
+from shared import REPO, TINY_PARQUET
 from tuner.cli import main
 from tuner.evals.registry import ParamRegistry
 from tuner.train.checkpoint import FIELDS
 from tuner.train.loop import CHECKPOINT, TrainingError, start_run
 from tuner.train.rundir import RUN_META, RunBusyError, RunLock
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tuner" / "samples" / "tiny.parquet"
 TOML = f"""\
 [data]
-train = ["{TINY}"]
+train = ["{TINY_PARQUET}"]
 
 [optimizer]
 lr = 5.0
@@ -101,7 +100,7 @@ from tuner import fileio
 
 
 def _subprocess(code: str, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PRELUDE + code, *map(str, args)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-c", PRELUDE + code, *map(str, args)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -473,7 +472,7 @@ def _merge(snippet: str) -> str:
 
 def test_binary_config_file(tmp_path):
     cfg = tmp_path / "run.toml"
-    cfg.write_bytes(TINY.read_bytes()[:2000])
+    cfg.write_bytes(TINY_PARQUET.read_bytes()[:2000])
     _refused(_train("--config", cfg, "--out", tmp_path / "out"), str(cfg), "not a text file")
 
 
@@ -522,11 +521,11 @@ def test_outputs_respect_the_umask(tmp_path, umask):
 @pytest.mark.parametrize("change, needle", [
     ('train = ["no-such-dataset"]', "no-such-dataset"),
     ('train = ["/nowhere/x.parquet"]', "/nowhere/x.parquet"),
-    ('train = ["' + str(TINY) + '"]\n[freeze]\n[[freeze.stages]]\nfrom_epoch = 1\n'
+    ('train = ["' + str(TINY_PARQUET) + '"]\n[freeze]\n[[freeze.stages]]\nfrom_epoch = 1\n'
      'train = ["NO_SUCH_*"]', "NO_SUCH_*"),
 ])
 def test_config_error_after_start_leaves_no_run_directory(tmp_path, change, needle):
-    text = TOML.replace(f'train = ["{TINY}"]', change)
+    text = TOML.replace(f'train = ["{TINY_PARQUET}"]', change)
     cfg = _cfg(tmp_path, text)
     out = tmp_path / "runs" / "out"
     _refused(_train("--config", cfg, "--out", out), needle)
@@ -642,6 +641,6 @@ def test_bad_params_file_as_init(tmp_path, name, change, needle):
 
 def test_binary_params_file(tmp_path):
     p = tmp_path / "bad.json"
-    p.write_bytes(TINY.read_bytes()[:500])
+    p.write_bytes(TINY_PARQUET.read_bytes()[:500])
     r = CliRunner().invoke(main, ["eval", "--params", str(p), START])
     assert r.exit_code == 1 and "not a text file" in r.stderr and "Traceback" not in r.output
