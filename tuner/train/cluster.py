@@ -71,9 +71,9 @@ from .workers import Workers, at_least, split_params
 #: Times Ray restarts a worker whose process died (and retries the call it was computing).
 MAX_RESTARTS = 3
 #: The largest argument or result Ray sends in the call's own message rather than through its
-#: object store (Ray's ``max_direct_call_object_size``, 100 KB by default): a worker's job and
-#: result for a batch of 16,384 are about 70 and 120 KB, and the object store adds milliseconds
-#: to each (docs/cluster.md).
+#: object store (Ray's ``max_direct_call_object_size``, 100 KB by default): with 2 workers, a
+#: worker's job and result for a batch of 16,384 are about 70 and 120 KB, and the object store
+#: adds milliseconds to each call (docs/cluster.md).
 INLINE_BYTES = 4_000_000
 #: Ray's settings for a Ray this process starts (``ray start --head --system-config`` on a
 #: cluster's head node; docs/cluster.md).
