@@ -71,7 +71,8 @@ class Measured(Observer):
         times = []
         for _ in range(ROUND_TRIPS):  # the calls of `ClusterWorkers._compute`, no micro-batch
             t0 = time.perf_counter()
-            ray.get([a.compute.remote(self.run.theta, pack_job(none, 0, cut, self.batch, True))
+            theta = self.run.theta.tobytes()
+            ray.get([a.compute.remote(theta, pack_job(none, 0, cut, self.batch, True))
                      for a in workers.actors])
             times.append(time.perf_counter() - t0)
         self.ms = 1000 * statistics.median(times)

@@ -28,11 +28,12 @@ file rows every store row is (the files' bad rows; a blocks run's recording orde
 actors'), the driver sends each worker the parameters and the rows of its micro-batches with
 their cuts (8 bytes per position: positions never travel), receives the micro-batch gradients,
 and adds them **in micro-batch order** with the same compensated sum as a run on one machine.
-The validation loss is computed the same way. A call is two arrays, the parameters and a *job*
-(`pack_job`: the batch's size, whether gradients are wanted, the cuts and the rows, in one
-int64 array), and its result one float64 array (the micro-batches' losses, then their
-gradients): each in the call's own message when at most `INLINE_BYTES` (the setting a local Ray
-started here is given, `RAY_SYSTEM_CONFIG`), not through Ray's object store. Everything else
+The validation loss is computed the same way. A call is two byte strings, the parameters
+(float64) and a *job* (`pack_job`: the batch's size, whether gradients are wanted, the cuts and
+the rows, int64), and its result one (float64: the micro-batches' losses, then their
+gradients): bytes, which Ray sends faster than arrays, each in the call's own message when at
+most `INLINE_BYTES` (the setting a local Ray started here is given, `RAY_SYSTEM_CONFIG`), not
+through Ray's object store. Everything else
 (optimiser step, checkpoints, logs, progress, outputs) stays on the driver, in
 `tuner.train.loop`.
 
@@ -251,14 +252,15 @@ class Share:
         """The peak resident memory of the worker's process so far, in MB."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    def compute(self, theta: np.ndarray, job: np.ndarray) -> np.ndarray:
+    def compute(self, theta: bytes, job: bytes) -> bytes:
         """The loss sums and (if the job wants them) gradients of the micro-batches of `job`
-        (`pack_job`: rows of the share) at the flat parameters `theta`, in one array: the C
-        losses, then (with gradients) the C gradients, row after row."""
+        (`pack_job`: rows of the share) at the flat parameters `theta` (float64), in one float64
+        array's bytes: the C losses, then (with gradients) the C gradients, row after row."""
         w = self.workers
+        theta, job = np.frombuffer(theta, np.float64), np.frombuffer(job, np.int64)
         n, with_grad, c = (int(x) for x in job[:JOB_HEADER])
         n_theta = w.source.n_theta
-        # into buffers of the share's own (writable: the kernels' types; Ray copies the result)
+        # into buffers of the share's own (writable: the kernels' types)
         self.theta[:] = theta
         self.job = at_least(self.job, len(job))
         self.out = at_least(self.out, c * (1 + n_theta * with_grad))
@@ -269,11 +271,12 @@ class Share:
         grads = out[c:].reshape(c, n_theta) if with_grad else w.chunk_grads
         batch = Batch(rows, starts, 1.0 / n, bool(with_grad), grads, out[:c])
         w.compute_chunks(split_params(self.theta, w.source.n_pairs), batch, np.arange(c))
-        return out
+        return out.tobytes()
 
 
-def pack_job(rows: np.ndarray, offset: int, cuts: np.ndarray, n: int, with_grad: bool):
-    """A worker's job (`Share.compute`), one int64 array: the batch's positions `n`,
+def pack_job(rows: np.ndarray, offset: int, cuts: np.ndarray, n: int,
+             with_grad: bool) -> bytes:
+    """A worker's job (`Share.compute`), an int64 array's bytes: the batch's positions `n`,
     `with_grad`, its C micro-batches, their C + 1 cuts `cuts` (from 0) and their store rows
     `rows` less `offset` (rows of the share)."""
     c = len(cuts) - 1
@@ -281,7 +284,7 @@ def pack_job(rows: np.ndarray, offset: int, cuts: np.ndarray, n: int, with_grad:
     job[:JOB_HEADER] = n, with_grad, c
     np.subtract(cuts, cuts[0], out=job[JOB_HEADER: JOB_HEADER + c + 1])
     np.subtract(rows, offset, out=job[JOB_HEADER + c + 1:])
-    return job
+    return job.tobytes()
 
 
 class ClusterWorkers(Workers):
@@ -342,15 +345,16 @@ class ClusterWorkers(Workers):
         starts = batch.starts
         owner = np.searchsorted(self.bounds, batch.order[starts[:n_chunks]], side="right") - 1
         first = np.searchsorted(owner, np.arange(len(self.actors) + 1))  # chunks in store order
+        theta = theta.tobytes()  # by value: small, in the call's message
         calls, spans = [], []
         for w, (a, b) in enumerate(zip(first[:-1], first[1:])):
-            if b > a:  # the parameters by value: small, in the call's message
+            if b > a:
                 calls.append(self.actors[w].compute.remote(theta, pack_job(
                     batch.order[starts[a]:starts[b]], self.bounds[w], starts[a:b + 1],
                     len(batch.order), batch.with_grad)))
                 spans.append(slice(a, b))
-        for span, out in zip(spans, self._get(calls)):
-            c = span.stop - span.start
+        for span, result in zip(spans, self._get(calls)):
+            c, out = span.stop - span.start, np.frombuffer(result, np.float64)
             batch.sse[span] = out[:c]
             if batch.with_grad:
                 batch.chunk_grads[span] = out[c:].reshape(c, -1)
