@@ -33,9 +33,8 @@ The validation loss is computed the same way. A call is two byte strings, the pa
 the rows, int64), and its result one (float64: the micro-batches' losses, then their
 gradients): bytes, which Ray sends faster than arrays, each in the call's own message when at
 most `INLINE_BYTES` (the setting a local Ray started here is given, `RAY_SYSTEM_CONFIG`), not
-through Ray's object store. Everything else
-(optimiser step, checkpoints, logs, progress, outputs) stays on the driver, in
-`tuner.train.loop`.
+through Ray's object store. Everything else (optimiser step, checkpoints, logs, progress,
+outputs) stays on the driver, in `tuner.train.loop`.
 
 **Faults.** A worker whose process dies is restarted by Ray (`MAX_RESTARTS`), reads and records
 its share again in its constructor, and the batch it was computing is computed again (Ray
