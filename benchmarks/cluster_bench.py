@@ -11,8 +11,8 @@ Prints:
 * per batch round trip of the cluster: the micro-batches, the bytes it moves (the parameters
   to each worker, the rows and cuts of its micro-batches; the losses and gradients back) and
   its milliseconds (the driver's wait for the workers, computing included), and the
-  milliseconds of a round trip that computes nothing (the parameters sent to each worker, no
-  rows, an empty result back);
+  milliseconds of a round trip that computes nothing (the calls of a batch: the parameters
+  and a job without micro-batches to each worker, an empty result back);
 * each worker's share (positions), the seconds it took to read and record it, and its peak
   memory; the driver's peak memory against the one process's;
 * the parameters (for the projection in docs/cluster.md: gradient bytes = parameters x 16),
@@ -61,16 +61,18 @@ class Measured(Observer):
     def epoch_end(self):
         import ray
 
+        from tuner.train.cluster import pack_job
+
         workers = self.run.workers
         if self.epoch != self.epochs or not hasattr(workers, "actors"):
             return
         self.peak_mb = ray.get([a.peak_mb.remote() for a in workers.actors])
         none, cut = np.zeros(0, np.int64), np.zeros(1, np.int64)
         times = []
-        for _ in range(ROUND_TRIPS):
+        for _ in range(ROUND_TRIPS):  # the calls of `ClusterWorkers._compute`, no micro-batch
             t0 = time.perf_counter()
-            t_ref = ray.put(self.run.theta)
-            ray.get([a.compute.remote(t_ref, none, cut, self.batch, True)
+            theta = self.run.theta.tobytes()
+            ray.get([a.compute.remote(theta, pack_job(none, 0, cut, self.batch, True))
                      for a in workers.actors])
             times.append(time.perf_counter() - t0)
         self.ms = 1000 * statistics.median(times)
@@ -79,6 +81,8 @@ class Measured(Observer):
 def traffic(workers) -> dict:
     """Wraps `workers._compute` (a `ClusterWorkers`) to count, per batch with gradients, the
     micro-batches, the bytes out and back, and the seconds; returns the counts (lists)."""
+    from tuner.train.cluster import JOB_HEADER  # (imports Ray: the cluster's process only)
+
     counts = dict(chunks=[], out=[], back=[], seconds=[])
     compute = workers._compute
     n_theta = workers.source.n_theta
@@ -92,8 +96,10 @@ def traffic(workers) -> dict:
             busy = len(np.unique(owner))
             counts["seconds"].append(time.perf_counter() - t0)
             counts["chunks"].append(n_chunks)
-            # the parameters to each busy worker, the rows and the cuts (one more per worker)
-            counts["out"].append(busy * 8 * n_theta + 8 * len(batch.order) + 8 * (n_chunks + busy))
+            # the parameters and a job's header to each busy worker, the rows and the cuts (one
+            # more per worker)
+            counts["out"].append(busy * 8 * (n_theta + JOB_HEADER) + 8 * len(batch.order)
+                                 + 8 * (n_chunks + busy))
             counts["back"].append(n_chunks * 8 * (n_theta + 1))  # every gradient and loss
 
     workers._compute = counted
@@ -149,7 +155,10 @@ def run_part(a) -> None:
         return
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    from tuner.train.cluster import RAY_SYSTEM_CONFIG
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             _system_config=RAY_SYSTEM_CONFIG)  # the settings of a local Ray a run starts
     try:
         print(json.dumps(train(a.parquet, a, threads=1, workers=2)))
     finally:

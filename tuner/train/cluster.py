@@ -28,8 +28,13 @@ file rows every store row is (the files' bad rows; a blocks run's recording orde
 actors'), the driver sends each worker the parameters and the rows of its micro-batches with
 their cuts (8 bytes per position: positions never travel), receives the micro-batch gradients,
 and adds them **in micro-batch order** with the same compensated sum as a run on one machine.
-The validation loss is computed the same way. Everything else (optimiser step, checkpoints,
-logs, progress, outputs) stays on the driver, in `tuner.train.loop`.
+The validation loss is computed the same way. A call is two byte strings, the parameters
+(float64) and a *job* (`pack_job`: the batch's size, whether gradients are wanted, the cuts and
+the rows, int64), and its result one (float64: the micro-batches' losses, then their
+gradients): bytes, which Ray sends faster than arrays, each in the call's own message when at
+most `INLINE_BYTES` (the setting a local Ray started here is given, `RAY_SYSTEM_CONFIG`), not
+through Ray's object store. Everything else (optimiser step, checkpoints, logs, progress,
+outputs) stays on the driver, in `tuner.train.loop`.
 
 **Faults.** A worker whose process dies is restarted by Ray (`MAX_RESTARTS`), reads and records
 its share again in its constructor, and the batch it was computing is computed again (Ray
@@ -61,10 +66,21 @@ from .prepare import Preparation, Prepared
 from .progress import Observer
 from .stream import Data, DataStream, find_data, record_order
 from .warmup import warm_positions
-from .workers import Workers, split_params
+from .workers import Workers, at_least, split_params
 
 #: Times Ray restarts a worker whose process died (and retries the call it was computing).
 MAX_RESTARTS = 3
+#: The largest argument or result Ray sends in the call's own message rather than through its
+#: object store (Ray's ``max_direct_call_object_size``, 100 KB by default): with 2 workers, a
+#: worker's job and result for a batch of 16,384 are about 70 and 120 KB, and the object store
+#: adds milliseconds to each call (docs/cluster.md).
+INLINE_BYTES = 4_000_000
+#: Ray's settings for a Ray this process starts (``ray start --head --system-config`` on a
+#: cluster's head node; docs/cluster.md).
+RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": INLINE_BYTES}
+#: A job's fields before its cuts (`pack_job`): the batch's positions, whether gradients are
+#: wanted, the micro-batches.
+JOB_HEADER = 3
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,10 @@ class Share:
                                max(1, min(spec.max_batch, len(results))), segment=spec.segment)
         #: The share's rows, and the seconds it took to read them and to record them.
         self.info = dict(rows=len(results), read=t1 - t0, record=time.perf_counter() - t1)
+        w = self.workers  # what `compute` copies its call into, and its result
+        self.theta = np.zeros(source.n_theta)
+        self.job = np.zeros(JOB_HEADER + w.max_chunks + 1 + len(w.sorted), np.int64)
+        self.out = np.zeros(w.max_chunks * (1 + source.n_theta))
 
     def ready(self) -> dict:
         """Once its share is recorded: the worker's process id (``pid``), the share's rows
@@ -231,18 +251,39 @@ class Share:
         """The peak resident memory of the worker's process so far, in MB."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    def compute(self, theta: np.ndarray, rows: np.ndarray, starts: np.ndarray, n: int,
-                with_grad: bool):
-        """The loss sums and (if `with_grad`) gradients of the micro-batches ``rows[starts[c]:
-        starts[c + 1]]`` (rows of the share) of a batch of `n` positions, at the flat parameters
-        `theta`."""
+    def compute(self, theta: bytes, job: bytes) -> bytes:
+        """The loss sums and (if the job wants them) gradients of the micro-batches of `job`
+        (`pack_job`: rows of the share) at the flat parameters `theta` (float64), in one float64
+        array's bytes: the C losses, then (with gradients) the C gradients, row after row."""
         w = self.workers
-        theta, rows = np.array(theta), np.array(rows)  # writable: the kernels' own types
-        chunks = np.arange(len(starts) - 1)
-        sse = np.zeros(len(chunks))
-        batch = Batch(rows, np.array(starts), 1.0 / n, with_grad, w.chunk_grads, sse)
-        w.compute_chunks(split_params(theta, w.source.n_pairs), batch, chunks)
-        return sse, (w.chunk_grads[: len(chunks)] if with_grad else None)
+        theta, job = np.frombuffer(theta, np.float64), np.frombuffer(job, np.int64)
+        n, with_grad, c = (int(x) for x in job[:JOB_HEADER])
+        n_theta = w.source.n_theta
+        # into buffers of the share's own (writable: the kernels' types)
+        self.theta[:] = theta
+        self.job = at_least(self.job, len(job))
+        self.out = at_least(self.out, c * (1 + n_theta * with_grad))
+        self.job[: len(job)] = job
+        starts = self.job[JOB_HEADER: JOB_HEADER + c + 1]
+        rows = self.job[JOB_HEADER + c + 1: len(job)]
+        out = self.out[: c * (1 + n_theta * with_grad)]
+        grads = out[c:].reshape(c, n_theta) if with_grad else w.chunk_grads
+        batch = Batch(rows, starts, 1.0 / n, bool(with_grad), grads, out[:c])
+        w.compute_chunks(split_params(self.theta, w.source.n_pairs), batch, np.arange(c))
+        return out.tobytes()
+
+
+def pack_job(rows: np.ndarray, offset: int, cuts: np.ndarray, n: int,
+             with_grad: bool) -> bytes:
+    """A worker's job (`Share.compute`), an int64 array's bytes: the batch's positions `n`,
+    `with_grad`, its C micro-batches, their C + 1 cuts `cuts` (from 0) and their store rows
+    `rows` less `offset` (rows of the share)."""
+    c = len(cuts) - 1
+    job = np.empty(JOB_HEADER + c + 1 + len(rows), np.int64)
+    job[:JOB_HEADER] = n, with_grad, c
+    np.subtract(cuts, cuts[0], out=job[JOB_HEADER: JOB_HEADER + c + 1])
+    np.subtract(rows, offset, out=job[JOB_HEADER + c + 1:])
+    return job.tobytes()
 
 
 class ClusterWorkers(Workers):
@@ -260,9 +301,11 @@ class ClusterWorkers(Workers):
         self.bounds = shares(train, layout.n_rows, spec.segment, n_workers)
         self.started = not ray.is_initialized()
         if self.started:
+            local = address == "local"  # a Ray of its own: Ray's settings are this module's
             try:
-                ray.init(address=None if address == "local" else address,
-                         include_dashboard=False, logging_level="WARNING")
+                ray.init(address=None if local else address, include_dashboard=False,
+                         logging_level="WARNING",
+                         _system_config=RAY_SYSTEM_CONFIG if local else None)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise TrainingError(f"[cluster] address = {address!r}: cannot start or reach "
                                     f"Ray: {str(e).splitlines()[0]}") from None
@@ -301,18 +344,19 @@ class ClusterWorkers(Workers):
         starts = batch.starts
         owner = np.searchsorted(self.bounds, batch.order[starts[:n_chunks]], side="right") - 1
         first = np.searchsorted(owner, np.arange(len(self.actors) + 1))  # chunks in store order
-        theta_ref = ray.put(theta)
+        theta = theta.tobytes()  # by value: small, in the call's message
         calls, spans = [], []
         for w, (a, b) in enumerate(zip(first[:-1], first[1:])):
             if b > a:
-                calls.append(self.actors[w].compute.remote(
-                    theta_ref, batch.order[starts[a]:starts[b]] - self.bounds[w],
-                    starts[a:b + 1] - starts[a], len(batch.order), batch.with_grad))
+                calls.append(self.actors[w].compute.remote(theta, pack_job(
+                    batch.order[starts[a]:starts[b]], self.bounds[w], starts[a:b + 1],
+                    len(batch.order), batch.with_grad)))
                 spans.append(slice(a, b))
-        for span, (sse, grads) in zip(spans, self._get(calls)):
-            batch.sse[span] = sse
-            if grads is not None:
-                batch.chunk_grads[span] = grads
+        for span, result in zip(spans, self._get(calls)):
+            c, out = span.stop - span.start, np.frombuffer(result, np.float64)
+            batch.sse[span] = out[:c]
+            if batch.with_grad:
+                batch.chunk_grads[span] = out[c:].reshape(c, -1)
 
     def _get(self, calls: list):
         """`ray.get(calls)`; a worker Ray could not keep alive (or that failed) as a

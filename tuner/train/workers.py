@@ -63,6 +63,11 @@ def one_chunk(n: int) -> np.ndarray:
     return np.array([0, n], np.int64)
 
 
+def at_least(buffer: np.ndarray, n: int) -> np.ndarray:
+    """`buffer`, or a new one of `n` elements (its dtype) if it is shorter."""
+    return buffer if len(buffer) >= n else np.empty(n, buffer.dtype)
+
+
 def resolve_threads(threads: int) -> int:
     """0 means every core available to this process."""
     if threads > 0:
@@ -189,6 +194,7 @@ class Workers:
         self.in_store_order = in_store_order
         self.bits = np.zeros(0, np.uint64)  # `store_order`'s bitmap, sized by the first batch
         self.sorted = np.zeros(max_batch, np.int64)
+        self.starts = np.zeros(max_batch + 1, np.int64)  # `cut_chunks`' cuts, reused per batch
 
     def close(self) -> None:
         if self.pool is not None:
@@ -219,7 +225,7 @@ class Workers:
         if self.in_store_order:
             order = self._in_store_order(order, self.source.n_rows)
         n = len(order)
-        starts = np.empty(n + 1, np.int64)
+        starts = self.starts = at_least(self.starts, n + 1)
         n_chunks = cut_chunks(order, self.micro, self.segment, starts)
         if with_grad and n_chunks > self.max_chunks:
             raise ValueError("batch larger than the workers were sized for")
