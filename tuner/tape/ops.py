@@ -327,10 +327,17 @@ def _eg_scale_bwd(pg, o, a, s):
     pg[a, 1] += pg[o, 1] * s
 
 
+# The clamped adds decide by the sign of eg, which is as often one as the other: they are written
+# without branches (``&``, ``|`` and selects), which a mispredicted branch on that sign costs more
+# than. Where the clamp passes no gradient, the backward adds +0.0, which leaves every gradient a
+# sweep can hold as it was: x + 0.0 is x except for x = -0.0, and a gradient is a sum started at
+# +0.0 (cleared or zeroed), which is never -0.0 in round-to-nearest.
+
 @njit(**JIT)
 def _clamp_passes(eg, v):
     """Whether eg + v keeps the sign of eg (the unclamped branch of add_clamped_eg)."""
-    return (eg > 0.0 and eg + v > 0.0) or (eg < 0.0 and eg + v < 0.0)
+    s = eg + v
+    return ((eg > 0.0) & (s > 0.0)) | ((eg < 0.0) & (s < 0.0))
 
 
 @njit(**JIT)
@@ -338,29 +345,20 @@ def _clamped_add_eg_fwd(val, pv, o, a, b, signed):
     """(mg, eg + w), the sum clamped so that it keeps the sign of eg (0 stays 0), where w is
     value b or, `signed` (the winnable add), value b with the sign of eg."""
     eg = pv[a, 1]
-    w = -val[b] if signed and eg < 0.0 else val[b]
+    w = -val[b] if signed & (eg < 0.0) else val[b]
     pv[o, 0] = pv[a, 0]
-    if eg == 0.0:
-        pv[o, 1] = eg
-    elif _clamp_passes(eg, w):
-        pv[o, 1] = eg + w
-    else:
-        pv[o, 1] = 0.0
+    pv[o, 1] = eg if eg == 0.0 else (eg + w if _clamp_passes(eg, w) else 0.0)
 
 
 @njit(**JIT)
 def _clamped_add_eg_bwd(val, vg, pv, pg, o, a, b, signed):
     eg = pv[a, 1]
-    flip = signed and eg < 0.0
+    flip = signed & (eg < 0.0)
+    passes = _clamp_passes(eg, -val[b] if flip else val[b])  # (False for eg = 0)
+    g = pg[o, 1]
     pg[a, 0] += pg[o, 0]
-    if eg == 0.0:
-        pg[a, 1] += pg[o, 1]
-    elif _clamp_passes(eg, -val[b] if flip else val[b]):
-        pg[a, 1] += pg[o, 1]
-        if flip:
-            vg[b] -= pg[o, 1]
-        else:
-            vg[b] += pg[o, 1]
+    pg[a, 1] += g if (eg == 0.0) | passes else 0.0
+    vg[b] += (-g if flip else g) if passes else 0.0  # (x - g is x + -g, to the bit)
 
 
 @njit(**JIT)
