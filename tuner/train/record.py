@@ -33,9 +33,10 @@ EVAL, LOSS = 0, 1
 #: Positions a replay run records on a tape at a time (`StoreRecorder`): the store is the same
 #: for any number (tests/test_train_replay.py), but each micro-batch's extraction and addition
 #: to the store cost Python work (under the GIL, so that it does not run on two threads at
-#: once) that 4096 positions share four times as thinly as 1024 do, for a tape of a few MB more
-#: per thread (16 MB for clockwork-10d79e6).
-RECORD_MICRO = 4096
+#: once) that 2048 positions share twice as thinly as 1024 do. More would save more (4096: a
+#: quarter) but holds more per thread (measured at 1 M positions of clockwork-10d79e6 on 2
+#: threads, benchmarks/memory.py: peak +12 MB at 2048, +40 MB at 4096).
+RECORD_MICRO = 2048
 
 
 @njit(**JIT)
