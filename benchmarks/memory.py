@@ -5,17 +5,30 @@ shipped sample tiled to --positions rows (default: the C++ tuner's 6.97 M). At e
 run (each log line and progress event) it reads the process's peak resident memory so far
 (VmHWM) and its current one (VmRSS) from /proc/self/status, and prints them per position with
 the time since loading started; "Parquet to first epoch" is the time from the start of loading
-to the start of the first epoch.
+to the start of the first epoch. Then that time's phases: the seconds (wall, and CPU of the
+thread that ran them, summed over the threads) spent reading the file's Arrow batches, parsing
+and checking them, recording the micro-batches, extracting them, adding them to the store and
+finishing it, splitting, and the reader's wait for the recording threads; and the process's CPU
+time over it (so that a loaded machine's figures can be told from the run's own).
 
     .venv/bin/python benchmarks/memory.py [--positions N] [--validation-fraction F]
                                           [--evaluation clockwork] [--mode replay]
 """
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from tuner.data.loader import DatasetReader
+from tuner.tape.player import StoreBuilder
+from tuner.train import record, stream
 
 from tuner.train.bench import CPP_BENCH_POSITIONS, write_tiled_parquet
 from tuner.train.config import validate
@@ -28,6 +41,76 @@ def status_kb(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
+class Timed:
+    """Wall and thread CPU seconds of the phases of the run before its first epoch, summed over
+    the threads that ran them: each phase is the calls of one function (replaced by a timed
+    one)."""
+
+    def __init__(self):
+        self.wall, self.cpu, self.calls = defaultdict(float), defaultdict(float), defaultdict(int)
+        self.lock = threading.Lock()
+        self.phases: list[str] = []
+
+    def add(self, phase: str, t0: float, c0: float) -> None:
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        with self.lock:
+            self.wall[phase] += wall
+            self.cpu[phase] += cpu
+            self.calls[phase] += 1
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        fn = getattr(owner, name)
+        self.phases.append(phase)
+
+        def timed(*args, **kwargs):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(phase, t0, c0)
+
+        setattr(owner, name, timed)
+
+    def wrap_batches(self, phase: str) -> None:
+        """Arrow's batches, timed one by one (`iter_batches` is a generator)."""
+        fn = pq.ParquetFile.iter_batches
+        self.phases.append(phase)
+
+        def timed(*args, **kwargs):
+            it = fn(*args, **kwargs)
+            while True:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    self.add(phase, t0, c0)
+                yield batch
+
+        pq.ParquetFile.iter_batches = timed
+
+    def report(self, n: int) -> None:
+        print(f"{'phase':<22} {'wall s':>8} {'CPU s':>8} {'CPU ns/pos':>11} {'calls':>7}")
+        for phase in self.phases:
+            print(f"{phase:<22} {self.wall[phase]:8.2f} {self.cpu[phase]:8.2f} "
+                  f"{self.cpu[phase] / n * 1e9:11.0f} {self.calls[phase]:7}")
+
+
+def timed_phases() -> Timed:
+    """The phases of reading and recording, timed (see `Timed`)."""
+    timed = Timed()
+    timed.wrap_batches("read (Arrow batches)")
+    timed.wrap(DatasetReader, "_parse", "parse + check")
+    timed.wrap(record, "record_positions", "record")
+    timed.wrap(record, "extract", "extract")
+    timed.wrap(StoreBuilder, "add", "store add")
+    timed.wrap(StoreBuilder, "finish", "store finish")
+    timed.wrap(stream, "split_data", "split")
+    timed.wrap(record.StoreRecorder, "wait", "reader waits")
+    return timed
+
+
 class Phases(Observer):
     """Prints the memory at every event of the run (per position of the file)."""
 
@@ -35,6 +118,7 @@ class Phases(Observer):
         self.n = n
         self.t0 = None
         self.first_epoch = None
+        self.cpu0 = self.cpu = None  # process CPU seconds at load start / first epoch
 
     def mark(self, what: str) -> None:
         now = time.perf_counter()
@@ -45,6 +129,7 @@ class Phases(Observer):
               f"B/pos  {what}", flush=True)
 
     def load_start(self, names):
+        self.cpu0 = time.process_time()
         self.mark("load start")
 
     def load_end(self, n_positions, seconds):
@@ -57,7 +142,8 @@ class Phases(Observer):
         self.mark("record end")
 
     def epoch_start(self, epoch, epochs, n_positions):
-        self.first_epoch = self.first_epoch or time.perf_counter()
+        if self.first_epoch is None:
+            self.first_epoch, self.cpu = time.perf_counter(), time.process_time()
         self.mark(f"epoch {epoch} start")
 
     def epoch_end(self):
@@ -72,6 +158,7 @@ def child(path: str, n: int, evaluation: str, mode: str, fraction: float) -> Non
                     "training": {"epochs": 1, "batch_size": 262_144, "micro_batch_size": 1024,
                                  "threads": 2, "mode": mode}}, "memory")
     phases = Phases(n)
+    timed = timed_phases()
     with tempfile.TemporaryDirectory() as tmp:
         run = Run(cfg, Path(tmp), log=phases.mark, observer=phases)
         run.run()
@@ -79,6 +166,9 @@ def child(path: str, n: int, evaluation: str, mode: str, fraction: float) -> Non
     print(f"Parquet to first epoch: {phases.first_epoch - phases.t0:.2f} s; peak "
           f"{status_kb('VmHWM') * 1024 / n:.0f} B/pos ({status_kb('VmHWM') / 2**20:.2f} GB) "
           f"for {n:,} positions")
+    print(f"process CPU from Parquet to first epoch: {phases.cpu - phases.cpu0:.2f} s; load "
+          f"average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    timed.report(n)
 
 
 def main():

@@ -154,12 +154,16 @@ TI_HASH, TI_VALUES, TI_PAIRS, TI_SCALARS, TI_OUTPUTS = range(5)
 
 
 def _new_chunk(rec: Recording, n: int, n_seg: int) -> Chunk:
+    """A chunk for the `n` positions of `rec`: uninitialised (`_extract` writes every entry it
+    or `_trimmed` reads) but its counts and first template start, which are 0."""
     r, m = int(rec.counts[C_RECORDS]), int(rec.counts[C_OPERANDS])
-    return Chunk(np.zeros(n + 2, np.int64), np.zeros((r + 1, T_REC_FIELDS), np.int32),
-                 np.zeros((n + 1, TI_OUTPUTS + n_seg), np.int64), np.zeros(n, np.int32),
-                 np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-                 np.zeros(2 * r + 1), np.zeros(r + 1, np.int64), np.zeros(m + 1, np.int32),
-                 np.zeros(m + 1), np.zeros(N_COUNTS, np.int64))
+    t_first = np.empty(n + 2, np.int64)
+    t_first[0] = 0
+    return Chunk(t_first, np.empty((r + 1, T_REC_FIELDS), np.int32),
+                 np.empty((n + 1, TI_OUTPUTS + n_seg), np.int64), np.empty(n, np.int32),
+                 np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+                 np.empty(2 * r + 1), np.empty(r + 1, np.int64), np.empty(m + 1, np.int32),
+                 np.empty(m + 1), np.zeros(N_COUNTS, np.int64))
 
 
 @njit(**JIT)
@@ -362,11 +366,26 @@ def _narrow_index(index: np.ndarray) -> np.ndarray:
     return index.astype(np.uint16 if index.size == 0 or index.max() <= 0xFFFF else np.int32)
 
 
+@njit(**JIT)
+def _coef_range(coef) -> tuple:
+    """``(integral, lo, hi)`` of float64 `coef`: whether every coefficient is an integer (not a
+    NaN), and their least and greatest (0 for none), in one pass."""
+    integral = True
+    lo = hi = 0.0
+    if coef.shape[0]:
+        lo = hi = coef[0]
+    for x in coef:
+        integral = integral and x == np.floor(x)
+        lo = min(lo, x)
+        hi = max(hi, x)
+    return integral, lo, hi
+
+
 def _narrow_coef(coef: np.ndarray) -> np.ndarray:
-    integral = coef.size == 0 or bool(np.all(coef == np.round(coef)))
+    integral, lo, hi = _coef_range(coef)
     for dtype in (np.int8, np.int16):
         info = np.iinfo(dtype)
-        if integral and (coef.size == 0 or (coef.min() >= info.min and coef.max() <= info.max)):
+        if integral and lo >= info.min and hi <= info.max:
             return coef.astype(dtype)
     return coef
 

@@ -163,11 +163,9 @@ class Preparation:
     def recording(self, expected: int) -> Iterator[StoreRecorder]:
         """A recorder of the store (`expected` positions, a hint), with the observer's record
         events (`finish` it inside)."""
-        tr = self.cfg["training"]
         self.observer.record_start(expected)
-        recorder = StoreRecorder(self.evaluation, self.k, self.n_threads, tr["micro_batch_size"],
-                                 expected, progress=self.observer.record_progress,
-                                 loss=self.loss)
+        recorder = StoreRecorder(self.evaluation, self.k, self.n_threads, expected=expected,
+                                 progress=self.observer.record_progress, loss=self.loss)
         try:
             yield recorder
         except FreezeError as e:
@@ -228,8 +226,8 @@ class Preparation:
         self.observer.record_start(len(data.positions))
         try:
             store = record_store(self.evaluation, data.positions, targets, self.k,
-                                 self.n_threads, self.cfg["training"]["micro_batch_size"],
-                                 progress=self.observer.record_progress, loss=self.loss)
+                                 self.n_threads, progress=self.observer.record_progress,
+                                 loss=self.loss)
         except FreezeError as e:
             raise unplayable(self.evaluation.name, e) from None
         finally:

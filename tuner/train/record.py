@@ -30,6 +30,13 @@ RECORDS_PER_POSITION = 16
 OPERANDS_PER_POSITION = 128
 #: Segments of a recorded micro-batch: the evaluations, then the loss chains.
 EVAL, LOSS = 0, 1
+#: Positions a replay run records on a tape at a time (`StoreRecorder`): the store is the same
+#: for any number (tests/test_train_replay.py), but each micro-batch's extraction and addition
+#: to the store cost Python work (under the GIL, so that it does not run on two threads at
+#: once) that 2048 positions share twice as thinly as 1024 do. More would save more (4096: a
+#: quarter) but holds more per thread (measured at 1 M positions of clockwork-10d79e6 on 2
+#: threads, benchmarks/memory.py: peak +12 MB at 2048, +40 MB at 4096).
+RECORD_MICRO = 2048
 
 
 @njit(**JIT)
@@ -95,7 +102,7 @@ class StoreRecorder:
     n positions.
     """
 
-    def __init__(self, evaluation, k: float, n_threads: int, micro: int = 1024,
+    def __init__(self, evaluation, k: float, n_threads: int, micro: int = RECORD_MICRO,
                  expected: int = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR):
         reg = evaluation.registry
         self.evaluation, self.k, self.loss, self.micro = evaluation, k, loss, micro
@@ -176,7 +183,7 @@ class StoreRecorder:
 
 
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,
-                 n_threads: int, micro: int = 1024, progress=None,
+                 n_threads: int, micro: int = RECORD_MICRO, progress=None,
                  loss: int = F_SIGMOID_SQ_ERR) -> Store:
     """Record every position with its loss (record form `loss`, target `results`) once and
     freeze the recordings into a `Store` (a `StoreRecorder` given them all at once)."""
