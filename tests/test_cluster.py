@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from tuner.cli import main
 from tuner.train import cluster as cluster_mod
 from tuner.evals import get_evaluation
-from tuner.train.config import ConfigError, validate
+from tuner.train.config import RAY_MISSING, RAY_OPTIONAL, ConfigError, validate
 from tuner.train.kernels import cut_chunks
 from tuner.train.loop import CHECKPOINT, TrainingError, start_run
 from tuner.train.progress import Observer
@@ -271,6 +271,14 @@ def test_cluster_options_without_ray_say_how_to_install_it(tmp_path, monkeypatch
         result.output
     help_text = " ".join(CliRunner().invoke(main, ["train", "--help"]).output.split())
     assert help_text.count("pip install 'tuner[ray]'") == 2
+
+
+def test_help_says_ray_is_optional_without_claiming_it_is_missing():
+    """The help of --cluster / --workers and of the [cluster] keys says how to get Ray, not
+    that it is missing (the help is the same whether it is installed or not)."""
+    for args in (["train", "--help"], ["train", "--help-config"]):
+        help_text = " ".join(CliRunner().invoke(main, args).output.split())
+        assert RAY_OPTIONAL in help_text and RAY_MISSING not in help_text, args
 
 
 @pytest.mark.parametrize("cluster, needles", [

@@ -170,7 +170,9 @@ def test_wheel_installs_and_runs_from_any_directory(tmp_path):
     assert f"data: selfplay-std ({shipped.parent / 'selfplay-std.parquet'}): 274,281 positions" \
         in log, log
     assert "epoch    1/1" in log and (work / "run" / "best.json").is_file()  # cross-validated
-    assert (work / "run" / "pull-1" / "fold-1" / "params.json").is_file()
+    fold = work / "run" / "pull-1" / "fold-1"
+    assert (fold / "params.json").is_file() and (fold / "loss.csv").is_file()
+    assert not (fold / "loss.png").exists()  # a fold run draws no picture (tuner/train/cv.py)
 
     (engine / "configs" / "mine.toml").write_text(  # one run: tiny has too few games for folds
         (REPO / "tuner" / "configs" / "default.toml").read_text().replace(

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from tuner.cli import main
 from tuner.train import sweep as sweep_mod
-from tuner.train.config import ConfigError, load_config
+from tuner.train.config import RAY_MISSING, RAY_OPTIONAL, ConfigError, load_config
 from tuner.train.loop import CHECKPOINT
 from tuner.train.sweep import RESULTS_CSV, RESULTS_PNG, TRIAL_RESULT, load_sweep, rank, run_sweep
 
@@ -230,6 +230,8 @@ def test_without_ray_a_cluster_says_how_to_install_it(tmp_path, monkeypatch):
     assert not (tmp_path / "sweeps").exists()
     help_text = " ".join(CliRunner().invoke(main, ["sweep", "--help"]).output.split())
     assert "pip install 'tuner[ray]'" in help_text
+    keys = " ".join(CliRunner().invoke(main, ["sweep", "--help-sweep"]).output.split())
+    assert RAY_OPTIONAL in keys and RAY_MISSING not in keys  # optional, not missing
 
 
 @pytest.mark.parametrize("values, extra, expected", [

@@ -10,7 +10,7 @@ import click
 
 from tuner.errors import ConfigError
 from tuner.interrupt import exit_status, sigterm_as_interrupt
-from tuner.train.config import MAX_EPOCHS, MAX_THREADS, MAX_WORKERS, RAY_MISSING
+from tuner.train.config import MAX_EPOCHS, MAX_THREADS, MAX_WORKERS, RAY_OPTIONAL
 
 from .errors import TrainingCommand
 
@@ -33,11 +33,11 @@ from .errors import TrainingCommand
 @click.option("--cluster", "cluster", metavar="ADDRESS",
               help="Ray for --workers (overrides [cluster] address): 'local' (a Ray on this "
                    "machine), 'auto' (the cluster of `ray start`) or 'ray://HOST:PORT'. "
-                   f"{RAY_MISSING}.")
+                   f"{RAY_OPTIONAL}.")
 @click.option("--workers", type=click.IntRange(min=0, max=MAX_WORKERS),
               help="Ray actors computing the batches, each with --threads threads (overrides "
                    "[cluster] workers; 0: this machine only). The result is bitwise identical "
-                   f"for any value. {RAY_MISSING}.")
+                   f"for any value. {RAY_OPTIONAL}.")
 @click.option("--help-config", is_flag=True, help="Print every configuration key and exit.")
 def train_cmd(config_name, epochs, threads, out, resume, cluster, workers, help_config):
     """Tune an evaluation's parameters on labelled positions.

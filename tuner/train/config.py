@@ -44,8 +44,10 @@ MAX_SEED = 2 ** 63 - 1         # numpy seeds are non-negative; TOML integers are
 MAX_MAGNITUDE = 1e9
 MAX_WORKERS = 4096             # Ray actors of a cluster run
 MAX_SEGMENT = 1 << 40          # store rows per segment (a store never has more)
-#: The one line that says how to get Ray (clusters and sweeps need it; nothing else does).
+#: The one line that says how to get Ray (clusters and sweeps need it; nothing else does): the
+#: error when it is missing, and what the help of an option or key that needs it says.
 RAY_MISSING = "Ray is not installed; install it with: pip install 'tuner[ray]'"
+RAY_OPTIONAL = "Ray is optional; install it with: pip install 'tuner[ray]'"
 #: The fixed values of ``[cluster] address`` (or a Ray client address "ray://HOST:PORT").
 CLUSTER_ADDRESSES = ("local", "auto")
 
@@ -334,7 +336,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "address": Key((str,), "local", "Where the workers of a cluster run are: 'local' a Ray "
                        "started on this machine; 'auto' the Ray cluster this machine is part of "
                        "(`ray start`); 'ray://HOST:PORT' a Ray client address. Used when "
-                       f"``workers`` >= 1. Ray is optional: {RAY_MISSING}.", check_address),
+                       f"``workers`` >= 1. {RAY_OPTIONAL}.", check_address),
         "workers": Key((int,), 0, "Ray actors that compute the batches' gradients, each from "
                        "its own copy of the data read from ``[data] train`` (paths every node "
                        "reaches); [training] threads is the threads of each. 0: train on this "

@@ -20,8 +20,11 @@ pull of ``[validation] pulls``. Then:
 
 A cross-validation's directory holds ``config.toml``, ``run.json`` and ``train.log`` like a run's,
 ``pull-J/fold-I/`` (ordinary run directories: their config.toml says which fold they hold out;
-each also keeps ``thetas.npy``, the parameters after every epoch), ``final/`` (when a tune is
-kept), ``cv.json`` (the figures of the report) and ``best.json`` / ``best.hpp`` (the result).
+each also keeps ``thetas.npy``, the parameters after every epoch, and its loss history in
+``loss.csv`` but no ``loss.png``: matplotlib took longer to draw the 15 pictures of the default
+job than its folds took to train an epoch), ``final/`` (when a tune is kept: an ordinary run,
+``loss.png`` included), ``cv.json`` (the figures of the report) and ``best.json`` / ``best.hpp``
+(the result).
 The fold runs share one replay store through ``[training] store_cache`` (``store/`` unless the
 configuration names one): the positions are recorded once, not once per fold.
 
@@ -138,6 +141,7 @@ def run_fold(task: FoldTask, threads: int | None, log: Callable[[str], None] = l
     else:
         run = start_run(str(task.config), str(task.out), None, task.epochs, threads, log=log,
                         observer=snapshots, changes=task.changes)
+    run.outputs.draws_loss_plot = task.fold == 0  # the final run's picture only
     try:
         snapshots.attach(run)
     except BaseException:
@@ -301,7 +305,9 @@ class CrossValidation:
     def rows(self, results: list[FoldResult], folds: int) -> list[PullRow]:
         """Each pull's best epoch count (lowest mean held-out loss over the folds) and the
         folds' changes of the integer evaluation's error there."""
-        by_fold: dict[int, tuple] = {}  # fold -> (held-out positions, results), loaded once
+        # fold -> (held-out positions, results, the starting parameters' evaluation of them),
+        # loaded and evaluated once for all the pulls
+        by_fold: dict[int, tuple] = {}
         rows = []
         for start in range(0, len(results), folds):
             group = results[start: start + folds]
@@ -311,10 +317,13 @@ class CrossValidation:
             changes = []
             for r in group:
                 if r.task.fold not in by_fold:
-                    by_fold[r.task.fold] = self._held_out(r.task)
-                positions, y = by_fold[r.task.fold]
-                start_loss = self._error(self.host.theta0, positions, y, r.k)
-                changes.append(self._error(r.thetas[best], positions, y, r.k) / start_loss - 1)
+                    positions, y = self._held_out(r.task)
+                    by_fold[r.task.fold] = (positions, y, self._evals(self.host.theta0,
+                                                                      positions))
+                positions, y, start_evals = by_fold[r.task.fold]
+                start_loss = mse_at(r.k, start_evals, y)
+                changes.append(mse_at(r.k, self._evals(r.thetas[best], positions), y)
+                               / start_loss - 1)
             rows.append(PullRow(group[0].task.pull, best + 1, curve[best], changes))
         return rows
 
@@ -322,9 +331,10 @@ class CrossValidation:
         data = load_data(self.cfg.with_values(task.changes), lambda line: None)
         return data.held_out(), data.held_out_results()
 
-    def _error(self, theta: np.ndarray, positions: np.ndarray, y: np.ndarray, k: float) -> float:
+    def _evals(self, theta: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The engine's evaluation of `positions` at `theta` (`integer_evals`)."""
         evals, self.how = integer_evals(self.host.evaluation, theta, positions)
-        return mse_at(k, evals, y)
+        return evals
 
     def report(self, rows: list[PullRow], chosen: PullRow, folds: int) -> dict:
         """Log the folds' figures and the verdict; the summary for `RESULT`."""

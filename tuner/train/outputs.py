@@ -32,6 +32,9 @@ class Outputs:
         self.evaluation = evaluation
         self.echo = echo
         self.no_cpp = False  # set once the evaluation turned out to have no C++ export
+        #: Whether `write_history` draws ``loss.png`` beside ``loss.csv`` (a cross-validation's
+        #: fold runs draw none: `tuner.train.cv.run_fold`).
+        self.draws_loss_plot = True
 
     def log(self, line: str) -> None:
         """Print `line` (`echo`) and append it to ``train.log``."""
@@ -77,13 +80,14 @@ class Outputs:
         self.write_epoch(state, best=state.best_epoch > 0)
 
     def write_history(self, state: TrainState) -> None:
-        """``loss.csv`` and, once an epoch is done, ``loss.png`` of `state`'s history."""
+        """``loss.csv`` and, once an epoch is done (and unless `draws_loss_plot` is off),
+        ``loss.png`` of `state`'s history."""
         h = state.history
         lines = [",".join(HISTORY_FIELDS)]
         for i in range(len(h["epoch"])):
             lines.append(",".join(f"{h[k][i]:.10g}" for k in HISTORY_FIELDS))
         atomic_write(self.out / "loss.csv", "\n".join(lines) + "\n")
-        if h["epoch"]:
+        if h["epoch"] and self.draws_loss_plot:
             from .plot import write_loss_plot  # matplotlib (40 MB) loaded only when it draws
 
             write_loss_plot(self.out / "loss.png", h, best_epoch=state.best_epoch or None,

@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from tuner.fileio import WriteError, atomic_write, read_json
-from .config import CLUSTER_ADDRESSES, NUM, RAY_MISSING, SCHEMA, ConfigError, Key, _a, _between, \
+from .config import CLUSTER_ADDRESSES, NUM, RAY_MISSING, RAY_OPTIONAL, SCHEMA, ConfigError, Key, _a, _between, \
     _check_type, _fail, _one_of, _type_name, check_address, check_section, describe_keys, load_config, \
     read_toml
 from .loop import CHECKPOINT, TrainingError, find_data, start_run
@@ -83,7 +83,7 @@ SWEEP_SCHEMA: dict[str, Key] = {
     "cluster": Key((str,), "", "Where the trials run: '' (default) one after another in this "
                    "process; 'local' a Ray started on this machine; 'auto' the Ray cluster this "
                    "machine is part of (`ray start`); 'ray://HOST:PORT' a Ray client address. "
-                   f"Ray is optional: {RAY_MISSING}.", lambda x: check_address(x, CLUSTERS)),
+                   f"{RAY_OPTIONAL}.", lambda x: check_address(x, CLUSTERS)),
     "cpus_per_trial": Key((int,), 1, "With a cluster: CPUs each trial reserves, and the threads "
                           "it trains with (results do not depend on it).",
                           _between(1, MAX_CPUS)),
