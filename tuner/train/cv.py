@@ -26,7 +26,12 @@ job than its folds took to train an epoch), ``final/`` (when a tune is kept: an 
 ``loss.png`` included), ``cv.json`` (the figures of the report) and ``best.json`` / ``best.hpp``
 (the result).
 The fold runs share one replay store through ``[training] store_cache`` (``store/`` unless the
-configuration names one): the positions are recorded once, not once per fold.
+configuration names one): the positions are recorded once, not once per fold. The datasets are
+read once too (`CrossValidation.loaded`, every position in memory): each fold run is handed its
+split of them (`tuner.train.stream.refold`), and the report splits its folds' held-out positions
+from the same load; the engine's evaluations of the held-out positions are made once for all the
+runs of a fold and the report (`tuner.train.heldout.EvalMemo`: the starting parameters are every
+pull's, and the report evaluates again the parameters a run reported).
 
 Every fold is an ordinary, deterministic run, so the cross-validation gives the same bits for any
 thread count; killed, it resumes (``--resume DIR``, or the same command again) skipping the

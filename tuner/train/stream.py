@@ -30,6 +30,9 @@ contiguous runs of the store instead of scattered rows. Such a run holds its pos
 while it records them (`load_data`), as an eager run does.
 
 A second pass over a file checks that it still has the same valid rows (DatasetError if not).
+
+Loaded data keeps every position's game (`Data.groups`), so that `refold` splits it again for
+another fold of a cross-validation (`tuner.train.cv`) without reading the datasets again.
 """
 from __future__ import annotations
 
