@@ -26,7 +26,12 @@ job than its folds took to train an epoch), ``final/`` (when a tune is kept: an 
 ``loss.png`` included), ``cv.json`` (the figures of the report) and ``best.json`` / ``best.hpp``
 (the result).
 The fold runs share one replay store through ``[training] store_cache`` (``store/`` unless the
-configuration names one): the positions are recorded once, not once per fold.
+configuration names one): the positions are recorded once, not once per fold. The datasets are
+read once too (`CrossValidation.loaded`, every position in memory): each fold run is handed its
+split of them (`tuner.train.stream.refold`), and the report splits its folds' held-out positions
+from the same load; the engine's evaluations of the held-out positions are made once for all the
+runs of a fold and the report (`tuner.train.heldout.EvalMemo`: the starting parameters are every
+pull's, and the report evaluates again the parameters a run reported).
 
 Every fold is an ordinary, deterministic run, so the cross-validation gives the same bits for any
 thread count; killed, it resumes (``--resume DIR``, or the same command again) skipping the
@@ -49,12 +54,12 @@ import numpy as np
 
 from tuner.fileio import WriteError, atomic_write
 from .config import Config, ConfigError, load_config
-from .heldout import integer_evals
+from .heldout import EvalMemo
 from .errors import TrainingError
 from .loop import CHECKPOINT, Run, start_run
 from .progress import Observer
 from .rundir import RUN_META, RunMetaError, read_meta
-from .stream import find_data, load_data
+from .stream import Data, find_data, load_data, refold
 from .targets import mse_at
 
 #: The figures of a cross-validation's report (JSON), in its directory.
@@ -132,8 +137,12 @@ for _name in [n for n in vars(Observer) if not n.startswith("_") and n != "epoch
 
 
 def run_fold(task: FoldTask, threads: int | None, log: Callable[[str], None] = lambda s: None,
-             observer: Observer | None = None) -> FoldResult:
-    """Run (or resume, or just read, when it is done) the run of `task`."""
+             observer: Observer | None = None, data: Data | None = None,
+             memo: EvalMemo | None = None) -> FoldResult:
+    """Run (or resume, or just read, when it is done) the run of `task`: on `data` (every
+    training game loaded, `load_data`: split here as the fold's run splits it) or, None, on the
+    data it reads itself; its held-out report's evaluations remembered in `memo` (shared by the
+    runs of a cross-validation)."""
     snapshots = _Snapshots(observer if observer is not None else Observer())
     if (task.out / CHECKPOINT).exists():
         run = start_run(None, None, str(task.out), task.epochs, threads, log=log,
@@ -142,12 +151,14 @@ def run_fold(task: FoldTask, threads: int | None, log: Callable[[str], None] = l
         run = start_run(str(task.config), str(task.out), None, task.epochs, threads, log=log,
                         observer=snapshots, changes=task.changes)
     run.outputs.draws_loss_plot = task.fold == 0  # the final run's picture only
+    if memo is not None:
+        run.heldout_evals = lambda theta, positions: memo.evals(task.fold, theta, positions)
     try:
         snapshots.attach(run)
     except BaseException:
         run.lock.release()
         raise
-    run.run()
+    run.run(None if data is None else refold(data, run.cfg))
     return FoldResult(task, np.array(run.history["val_loss"], np.float64),
                       np.array(snapshots.thetas), float(run.k))
 
@@ -215,6 +226,8 @@ class CrossValidation:
         self.host = Run(cfg, self.out, threads=threads, epochs=epochs, log=log)
         self.epochs = self.host.epochs
         self.new = resume is None
+        self.data: Data | None = None  # every training game, loaded once (`loaded`)
+        self.memo = EvalMemo(self.host.evaluation)  # the held-out evaluations, made once
 
     def log(self, line: str) -> None:
         self.host.log(line)
@@ -256,9 +269,16 @@ class CrossValidation:
                          f"pull {p:g}, fold {i}/{v['folds']}")
                 for j, p in enumerate(pulls) for i in range(1, v["folds"] + 1)]
 
+    def loaded(self) -> Data:
+        """Every training game, loaded (once) for the fold runs and the report."""
+        if self.data is None:
+            self.data = load_data(self.cfg, self.log)
+        return self.data
+
     def _run_one(self, task: FoldTask) -> FoldResult:
         self.log(f"cross-validation: {task.label}: {task.out}")
-        return run_fold(task, self.threads, self._prefixed(task.label), self.observer)
+        return run_fold(task, self.threads, self._prefixed(task.label), self.observer,
+                        self.loaded(), self.memo)
 
     def _prefixed(self, label: str) -> Callable[[str], None]:
         """A run's log lines, also in the cross-validation's log, prefixed by `label`."""
@@ -280,7 +300,7 @@ class CrossValidation:
                                           self._changes(chosen.pull, 0, chosen.epochs),
                                           chosen.epochs, "final"),
                                  self.threads, self._prefixed("final"),
-                                 self.observer)
+                                 self.observer, self.loaded(), self.memo)
                 theta, what = final.thetas[-1], "tuned"
             else:
                 theta, what = self.host.theta0, "starting parameters"
@@ -305,8 +325,8 @@ class CrossValidation:
     def rows(self, results: list[FoldResult], folds: int) -> list[PullRow]:
         """Each pull's best epoch count (lowest mean held-out loss over the folds) and the
         folds' changes of the integer evaluation's error there."""
-        # fold -> (held-out positions, results, the starting parameters' evaluation of them),
-        # loaded and evaluated once for all the pulls
+        # fold -> (held-out positions, results), split once for all the pulls from the data
+        # the fold runs were given (their evaluations: `self.memo`, shared with the runs)
         by_fold: dict[int, tuple] = {}
         rows = []
         for start in range(0, len(results), folds):
@@ -317,23 +337,22 @@ class CrossValidation:
             changes = []
             for r in group:
                 if r.task.fold not in by_fold:
-                    positions, y = self._held_out(r.task)
-                    by_fold[r.task.fold] = (positions, y, self._evals(self.host.theta0,
-                                                                      positions))
-                positions, y, start_evals = by_fold[r.task.fold]
-                start_loss = mse_at(r.k, start_evals, y)
-                changes.append(mse_at(r.k, self._evals(r.thetas[best], positions), y)
+                    by_fold[r.task.fold] = self._held_out(r.task)
+                positions, y = by_fold[r.task.fold]
+                start_loss = mse_at(r.k, self._evals(r.task.fold, self.host.theta0, positions), y)
+                changes.append(mse_at(r.k, self._evals(r.task.fold, r.thetas[best], positions), y)
                                / start_loss - 1)
             rows.append(PullRow(group[0].task.pull, best + 1, curve[best], changes))
         return rows
 
     def _held_out(self, task: FoldTask) -> tuple[np.ndarray, np.ndarray]:
-        data = load_data(self.cfg.with_values(task.changes), lambda line: None)
+        data = refold(self.loaded(), self.cfg.with_values(task.changes))
         return data.held_out(), data.held_out_results()
 
-    def _evals(self, theta: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """The engine's evaluation of `positions` at `theta` (`integer_evals`)."""
-        evals, self.how = integer_evals(self.host.evaluation, theta, positions)
+    def _evals(self, fold: int, theta: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The engine's evaluation of `positions`, fold `fold`'s held-out ones, at `theta`
+        (`integer_evals`, remembered)."""
+        evals, self.how = self.memo.evals(fold, theta, positions)
         return evals
 
     def report(self, rows: list[PullRow], chosen: PullRow, folds: int) -> dict:

@@ -30,3 +30,21 @@ def integer_evals(evaluation, theta: np.ndarray, positions: np.ndarray) -> tuple
     return (continuous(evaluation, positions, round_params(pairs).astype(np.float64),
                        round_params(values).astype(np.float64)),
             "the evaluation with parameters rounded to integers")
+
+
+class EvalMemo:
+    """`integer_evals` of `evaluation` remembered per held-out set and parameters: a
+    cross-validation's runs of one fold (one per pull) evaluate its held-out positions at the
+    same starting parameters, and its report evaluates again parameters a run reported."""
+
+    def __init__(self, evaluation):
+        self.evaluation = evaluation
+        self.done: dict[tuple, tuple[np.ndarray, str]] = {}
+
+    def evals(self, held_out: int, theta: np.ndarray, positions: np.ndarray
+              ) -> tuple[np.ndarray, str]:
+        """`integer_evals` of `positions` (the held-out set numbered `held_out`) at `theta`."""
+        key = (held_out, np.asarray(theta, np.float64).tobytes())
+        if key not in self.done:
+            self.done[key] = integer_evals(self.evaluation, theta, positions)
+        return self.done[key]

@@ -151,6 +151,10 @@ class Run:
         self.workers: Workers | None = None
         self.lock = RunLock(self.out)
         self.discard_on_failure = False  # a new run: undo its start if no epoch completes
+        #: ``(theta, positions) -> integer_evals(...)`` of the held-out report (a
+        #: cross-validation's fold runs share a `tuner.train.heldout.EvalMemo`).
+        self.heldout_evals: Callable[[np.ndarray, np.ndarray], tuple] = (
+            lambda theta, positions: integer_evals(self.evaluation, theta, positions))
         self.created_dir = False
 
     # -- what callers read of the state --------------------------------------------------------
@@ -371,7 +375,7 @@ class Run:
             rows.insert(1, ("the engine's defaults", default_theta(self.registry)))
         how, losses = None, []
         for _, theta in rows:
-            evals, how = integer_evals(self.evaluation, theta, positions)
+            evals, how = self.heldout_evals(theta, positions)
             losses.append(mse_at(self.k, evals, results))
         self.log(f"held-out games ({data.val_games:,} games, {len(data.val):,} positions), "
                  f"{how}, mean squared error against the results at K = {self.k:.6g}:")

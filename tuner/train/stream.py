@@ -30,6 +30,9 @@ contiguous runs of the store instead of scattered rows. Such a run holds its pos
 while it records them (`load_data`), as an eager run does.
 
 A second pass over a file checks that it still has the same valid rows (DatasetError if not).
+
+Loaded data keeps every position's game (`Data.groups`), so that `refold` splits it again for
+another fold of a cross-validation (`tuner.train.cv`) without reading the datasets again.
 """
 from __future__ import annotations
 
@@ -79,6 +82,7 @@ class Data:
     val_positions: np.ndarray | None = None  # ``positions[val]`` where `positions` is None
     val_results: np.ndarray | None = None    # ``results[val]`` where `positions` is None
     n_positions: int = 0                     # ``len(positions)`` where `positions` is None
+    groups: np.ndarray | None = None  # every position's game (`group_ids`), loaded: `refold`
 
     def __len__(self) -> int:
         return self.n_positions if self.positions is None else len(self.results)
@@ -145,9 +149,18 @@ def load_data(cfg: Config, log: Callable[[str], None]) -> Data:
     else:
         positions, results = positions[0], results[0]
     score_cp = np.concatenate(scores) if blend else None
-    split = split_data(groups, cfg)
-    return Data(positions, results, split.train, split.val, sources, score_cp,
-                split.train_games, split.val_games)
+    unsplit = np.empty(0, np.int64)
+    return refold(Data(positions, results, unsplit, unsplit, sources, score_cp, groups=groups),
+                  cfg)
+
+
+def refold(data: Data, cfg: Config) -> Data:
+    """Loaded `data` (its `groups` kept) split as `cfg` splits it (`split_data`): what
+    `load_data` of `cfg` returns, without reading the datasets again (a cross-validation's
+    fold runs, `tuner.train.cv`)."""
+    split = split_data(data.groups, cfg)
+    return Data(data.positions, data.results, split.train, split.val, data.sources,
+                data.score_cp, split.train_games, split.val_games, groups=data.groups)
 
 
 class DataDigest:
