@@ -63,6 +63,22 @@ from tuner.tape.player import prefetch
 '''
 
 
+#: The types the interpreter's calls pass the form functions' integer arguments in (Numba types
+#: them from the store's arrays: ``o`` from ``t_out``, int32; ``a`` from ``t_lhs``, int32, or the
+#: operand offset ``q``, int64: int64; ``b`` from ``t_rhs``, int32, or an n-ary count, uint16:
+#: int32; ``k`` of ``op & KERNEL_MASK``, int64; ``bits`` of ``coef_bits``, int64). The generated
+#: calls write their constants in these types: a bare integer literal is typed by its value
+#: (``Literal[int](5)``), so that every call would compile its function once more, for itself,
+#: instead of reusing the version the interpreter compiled (or loads from the cache).
+ARG_TYPES = dict(o="int32", a="int64", b="int32", k="int64", bits="int64")
+
+
+def _typed(name: str, x: int) -> str:
+    """Python source for the integer `x` as argument `name` of a form function: in its
+    `ARG_TYPES` type."""
+    return f"np.{ARG_TYPES[name]}({x})"
+
+
 def _literal(x: float) -> str:
     """Python source for the float `x`, exactly (repr round-trips every finite double)."""
     if np.isnan(x):
@@ -105,23 +121,24 @@ def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
         row = FORM_TABLE[form]
         s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
              else _literal(st.t_sconst[r, j]) for j in range(2)]
-        a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
+        a, b = _typed("a", int(st.t_lhs[r])), _typed("b", int(st.t_rhs[r]))
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
-            fwd.append(f"a{r - r0} = q")
+            fwd.append(f"a{r - r0} = q")  # (q: int64, ARG_TYPES["a"])
             # The last list ends where the position's operands end: its count is not read.
-            fwd.append(f"n{r - r0} = " + ("opnd_off[p + 1] - q" if r == last_nary
-                                           else f"nary[p, {b}]"))
+            n = "opnd_off[p + 1] - q" if r == last_nary else f"nary[p, {int(st.t_rhs[r])}]"
+            fwd.append(f"n{r - r0} = np.{ARG_TYPES['b']}({n})")
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
-        names = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1],
-                     bits=int(st.coef_bits[0]))
+        names = dict(o=_typed("o", int(st.t_out[r])), a=a, b=b, k=_typed("k", k), s0=s[0],
+                     s1=s[1], bits=_typed("bits", int(st.coef_bits[0])))
         label = f"  # {tag_name(op)}"
         if defer and r == r0:
             o, bits = names["o"], names["bits"]
             fwd += ["if with_grad:  # with the previous position's pending backward",
                     f"    _lincomb_pair_fwd_bwd(pv, pg, idx, {o}, {a}, {b}, {bits}, pending)"
                     + label, "else:", "    " + call(form, False, names) + label]
-            bwd.append(f"pending = ({a}, {b}, pg[{o}, 0], pg[{o}, 1]){label}: run later")
+            slot = int(st.t_out[r])
+            bwd.append(f"pending = ({a}, {b}, pg[{slot}, 0], pg[{slot}, 1]){label}: run later")
         elif row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
             fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
             bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
@@ -161,9 +178,10 @@ def player_source(st: Store) -> str:
     body = "\n".join(blocks)
     start, end = "", ""
     if defer:
-        start = "\n    pending = (0, 0, 0.0, 0.0)  # no backward pending"
+        start = (f"\n    pending = ({_typed('a', 0)}, {_typed('b', 0)}, 0.0, 0.0)  # no backward "
+                 f"pending")
         end = (f"\n    if with_grad:\n        _lincomb_pair_bwd_pending(pg, idx, "
-               f"{int(st.coef_bits[0])}, pending)")
+               f"{_typed('bits', int(st.coef_bits[0]))}, pending)")
     # What the blocks read of a position's header, and so what is worth prefetching: the
     # template number if there are several, the counts if a template has several lists (the
     # last one's count is not read).
@@ -187,7 +205,7 @@ def play(st, arena, rows, seed, with_grad, outputs):
     for i in range(rows.shape[0] - 1, -1, -1):
 {prefetch}
         p = rows[i]
-        q = opnd_off[p]
+        q = np.{ARG_TYPES["a"]}(opnd_off[p])
 {body}{end}
     return -1
 '''
