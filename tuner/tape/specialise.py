@@ -79,6 +79,11 @@ def _typed(name: str, x: int) -> str:
     return f"np.{ARG_TYPES[name]}({x})"
 
 
+def inlined_call(fn) -> bool:
+    """Whether compiled function `fn` is inlined into its callers (`tuner.jit.INLINE`)."""
+    return fn.targetoptions.get("inline") == "always"
+
+
 def _literal(x: float) -> str:
     """Python source for the float `x`, exactly (repr round-trips every finite double)."""
     if np.isnan(x):
@@ -121,16 +126,20 @@ def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
         row = FORM_TABLE[form]
         s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
              else _literal(st.t_sconst[r, j]) for j in range(2)]
-        a, b = _typed("a", int(st.t_lhs[r])), _typed("b", int(st.t_rhs[r]))
+        # A function Numba inlines into its callers (`tuner.jit.INLINE`) is typed in each call
+        # and compiles nothing of its own: its arguments stay literals (measured faster).
+        inlined = inlined_call(row.fwd)
+        typed = (lambda name, x: str(x)) if inlined else _typed
+        a, b = typed("a", int(st.t_lhs[r])), typed("b", int(st.t_rhs[r]))
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
-            fwd.append(f"a{r - r0} = q")  # (q: int64, ARG_TYPES["a"])
+            fwd.append(f"a{r - r0} = " + ("q" if inlined else f"np.{ARG_TYPES['a']}(q)"))
             # The last list ends where the position's operands end: its count is not read.
             n = "opnd_off[p + 1] - q" if r == last_nary else f"nary[p, {int(st.t_rhs[r])}]"
-            fwd.append(f"n{r - r0} = np.{ARG_TYPES['b']}({n})")
+            fwd.append(f"n{r - r0} = " + (n if inlined else f"np.{ARG_TYPES['b']}({n})"))
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
-        names = dict(o=_typed("o", int(st.t_out[r])), a=a, b=b, k=_typed("k", k), s0=s[0],
-                     s1=s[1], bits=_typed("bits", int(st.coef_bits[0])))
+        names = dict(o=typed("o", int(st.t_out[r])), a=a, b=b, k=typed("k", k), s0=s[0],
+                     s1=s[1], bits=typed("bits", int(st.coef_bits[0])))
         label = f"  # {tag_name(op)}"
         if defer and r == r0:
             o, bits = names["o"], names["bits"]
@@ -178,10 +187,9 @@ def player_source(st: Store) -> str:
     body = "\n".join(blocks)
     start, end = "", ""
     if defer:
-        start = (f"\n    pending = ({_typed('a', 0)}, {_typed('b', 0)}, 0.0, 0.0)  # no backward "
-                 f"pending")
+        start = "\n    pending = (0, 0, 0.0, 0.0)  # no backward pending"
         end = (f"\n    if with_grad:\n        _lincomb_pair_bwd_pending(pg, idx, "
-               f"{_typed('bits', int(st.coef_bits[0]))}, pending)")
+               f"{int(st.coef_bits[0])}, pending)")
     # What the blocks read of a position's header, and so what is worth prefetching: the
     # template number if there are several, the counts if a template has several lists (the
     # last one's count is not read).
@@ -205,7 +213,7 @@ def play(st, arena, rows, seed, with_grad, outputs):
     for i in range(rows.shape[0] - 1, -1, -1):
 {prefetch}
         p = rows[i]
-        q = np.{ARG_TYPES["a"]}(opnd_off[p])
+        q = opnd_off[p]
 {body}{end}
     return -1
 '''
