@@ -6,7 +6,9 @@
   gradients bit for bit, forward only and with gradients, rows shuffled and repeated. One small
   store covers every form, and one compiled module serves every test (the suite compiles one).
 * Every row's calls name its functions with as many arguments as they take; each call of the
-  generated text is labelled with its record's tag; a store with too many templates is not
+  generated text is labelled with its record's tag and passes no integer literal (its integers
+  in the interpreter's types, `ARG_TYPES`, so that the interpreter's compiled form functions
+  serve it); a store with too many templates is not
   specialised; a position of a template the player has no block for stops it with `NO_BLOCK`.
 * Drivers are compiled again from their own code with ``play`` bound to the specialised player,
   never copied by source; one that does not call ``play`` is refused.
@@ -17,6 +19,7 @@
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import logging
@@ -28,8 +31,9 @@ import pytest
 
 from tuner.evals import get_evaluation
 from tuner.tape import Graph, Value, freeze, ops, play
-from tuner.tape.specialise import (MAX_TEMPLATES, NO_BLOCK, player_source, specialisable,
-                                   specialise, template_summary)
+from tuner.tape.specialise import (ARG_TYPES, MAX_TEMPLATES, NO_BLOCK, inlined_call,
+                                   player_source, specialisable, specialise,
+                                   template_summary)
 from tuner.train.kernels import Batch, replay_chunks
 from tuner.train.record import record_store
 from tuner.train.workers import ReplaySource, Workers
@@ -117,6 +121,23 @@ def test_the_generated_calls_are_labelled_with_their_tags(store_and_point):
     assert "import inspect" not in source and "def replay_chunks" not in source
     summary = template_summary(store)
     assert summary.count("template ") == N_TEMPLATES and ops.tag_name(int(store.t_op[0])) in summary
+
+
+def test_the_generated_calls_pass_no_integer_literal(store_and_point):
+    # Numba types an integer literal by its value: a form function called with one would be
+    # compiled again for that call instead of reusing the interpreter's version of it (one it
+    # inlines compiles nothing of its own).
+    tree = ast.parse(player_source(store_and_point[0]))
+    compiled = {name for name in ops.form_functions() if not inlined_call(getattr(ops, name))}
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)
+             and isinstance(c.func, ast.Name) and c.func.id in compiled]
+    assert {c.func.id for c in calls} >= {row.fwd.__name__ for row in ops.FORM_TABLE} & compiled
+    for c in calls:
+        bare = [ast.unparse(x) for x in c.args if isinstance(x, ast.Constant)
+                and type(x.value) is int]
+        assert not bare, (ast.unparse(c), bare)
+    casts = {ast.unparse(x.func) for c in calls for x in c.args if isinstance(x, ast.Call)}
+    assert casts == {f"np.{t}" for t in ARG_TYPES.values()}
 
 
 @pytest.mark.parametrize("scale", [1e-2, 1.0])

@@ -1195,7 +1195,8 @@ def play(st, arena, rows, seed, with_grad, outputs):
         p = rows[i]
         t = tmpl[p]
         r0, r1 = t_first[t], t_first[t + 1]
-        q = opnd_off[p]
+        q = np.int64(opnd_off[p])  # (its type from the start: no first compilation of a
+        # form function for an int32 offset while Numba settles the type)
         if t_linear[t]:
             # A measured fast case: a linear combination, its phase blend and its loss, the
             # same form functions called in the order the general loops below call them.

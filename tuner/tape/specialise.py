@@ -63,6 +63,27 @@ from tuner.tape.player import prefetch
 '''
 
 
+#: The types the interpreter's calls pass the form functions' integer arguments in (Numba types
+#: them from the store's arrays: ``o`` from ``t_out``, int32; ``a`` from ``t_lhs``, int32, or the
+#: operand offset ``q``, int64: int64; ``b`` from ``t_rhs``, int32, or an n-ary count, uint16:
+#: int32; ``k`` of ``op & KERNEL_MASK``, int64; ``bits`` of ``coef_bits``, int64). The generated
+#: calls write their constants in these types: a bare integer literal is typed by its value
+#: (``Literal[int](5)``), so that every call would compile its function once more, for itself,
+#: instead of reusing the version the interpreter compiled (or loads from the cache).
+ARG_TYPES = dict(o="int32", a="int64", b="int32", k="int64", bits="int64")
+
+
+def _typed(name: str, x: int) -> str:
+    """Python source for the integer `x` as argument `name` of a form function: in its
+    `ARG_TYPES` type."""
+    return f"np.{ARG_TYPES[name]}({x})"
+
+
+def inlined_call(fn) -> bool:
+    """Whether compiled function `fn` is inlined into its callers (`tuner.jit.INLINE`)."""
+    return fn.targetoptions.get("inline") == "always"
+
+
 def _literal(x: float) -> str:
     """Python source for the float `x`, exactly (repr round-trips every finite double)."""
     if np.isnan(x):
@@ -105,23 +126,28 @@ def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
         row = FORM_TABLE[form]
         s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
              else _literal(st.t_sconst[r, j]) for j in range(2)]
-        a, b = int(st.t_lhs[r]), int(st.t_rhs[r])
+        # A function Numba inlines into its callers (`tuner.jit.INLINE`) is typed in each call
+        # and compiles nothing of its own: its arguments stay literals (measured faster).
+        inlined = inlined_call(row.fwd)
+        typed = (lambda name, x: str(x)) if inlined else _typed
+        a, b = typed("a", int(st.t_lhs[r])), typed("b", int(st.t_rhs[r]))
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
-            fwd.append(f"a{r - r0} = q")
+            fwd.append(f"a{r - r0} = " + ("q" if inlined else f"np.{ARG_TYPES['a']}(q)"))
             # The last list ends where the position's operands end: its count is not read.
-            fwd.append(f"n{r - r0} = " + ("opnd_off[p + 1] - q" if r == last_nary
-                                           else f"nary[p, {b}]"))
+            n = "opnd_off[p + 1] - q" if r == last_nary else f"nary[p, {int(st.t_rhs[r])}]"
+            fwd.append(f"n{r - r0} = " + (n if inlined else f"np.{ARG_TYPES['b']}({n})"))
             fwd.append(f"q += n{r - r0}")
             a, b = f"a{r - r0}", f"n{r - r0}"
-        names = dict(o=int(st.t_out[r]), a=a, b=b, k=k, s0=s[0], s1=s[1],
-                     bits=int(st.coef_bits[0]))
+        names = dict(o=typed("o", int(st.t_out[r])), a=a, b=b, k=typed("k", k), s0=s[0],
+                     s1=s[1], bits=typed("bits", int(st.coef_bits[0])))
         label = f"  # {tag_name(op)}"
         if defer and r == r0:
             o, bits = names["o"], names["bits"]
             fwd += ["if with_grad:  # with the previous position's pending backward",
                     f"    _lincomb_pair_fwd_bwd(pv, pg, idx, {o}, {a}, {b}, {bits}, pending)"
                     + label, "else:", "    " + call(form, False, names) + label]
-            bwd.append(f"pending = ({a}, {b}, pg[{o}, 0], pg[{o}, 1]){label}: run later")
+            slot = int(st.t_out[r])
+            bwd.append(f"pending = ({a}, {b}, pg[{slot}, 0], pg[{slot}, 1]){label}: run later")
         elif row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
             fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
             bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
