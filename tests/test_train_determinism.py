@@ -4,6 +4,8 @@ Also checks the batch loss and gradient against a plain numpy Texel loss on dens
 """
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -289,3 +291,18 @@ def test_load_config_roundtrip_of_run_copy(tmp_path):
     assert load_config(out / "config.toml").digest() == load_config(cfg).digest()
     with pytest.raises(ConfigError):
         _quiet_start(None, None, None, 1, 1)
+
+
+def test_a_run_dropped_unrun_releases_its_directory_at_once(tmp_path):
+    """A prepared run that is dropped without running holds no reference to itself (no cycle
+    for the garbage collector to find later), so its directory's lock goes with it: a resume
+    right after it, with the collector off, is not refused as another process's."""
+    cfg = _write_cfg(tmp_path / "run.toml")
+    started = tmp_path / "started"
+    gc.disable()
+    try:
+        _quiet_start(str(cfg), str(started), None, 1, 1)       # prepared, dropped
+        with pytest.raises(TrainingError, match="no checkpoint.npz"):
+            _quiet_start(None, None, str(started), None, 1)
+    finally:
+        gc.enable()

@@ -36,6 +36,7 @@ import contextlib
 import json
 import math
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -152,9 +153,10 @@ class Run:
         self.lock = RunLock(self.out)
         self.discard_on_failure = False  # a new run: undo its start if no epoch completes
         #: ``(theta, positions) -> integer_evals(...)`` of the held-out report (a
-        #: cross-validation's fold runs share a `tuner.train.heldout.EvalMemo`).
-        self.heldout_evals: Callable[[np.ndarray, np.ndarray], tuple] = (
-            lambda theta, positions: integer_evals(self.evaluation, theta, positions))
+        #: cross-validation's fold runs share a `tuner.train.heldout.EvalMemo`). A partial, not a
+        #: closure over the run: a run dropped unrun is freed at once, and its lock with it.
+        self.heldout_evals: Callable[[np.ndarray, np.ndarray], tuple] = partial(
+            integer_evals, self.evaluation)
         self.created_dir = False
 
     # -- what callers read of the state --------------------------------------------------------
