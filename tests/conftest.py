@@ -8,7 +8,8 @@ where a cold run's time goes (with ``--durations``).
 
 Under pytest-xdist (``make test``: ``-n 2``) the controller first compiles what most test files
 share (a one-epoch training run of the Clockwork evaluation on `tiny`, and its ``eval``) into the
-Numba cache, so that the workers load that machine code instead of each compiling it. With
+Numba cache, so that the workers load that machine code instead of each compiling it (once per
+version of the sources and cache: `WARM_UP_DONE`). With
 ``--dist loadfile`` a file runs whole on one worker and the slowest file bounds the run's wall
 time, so the files that take longest (`SLOW_FILES`) are collected, and therefore handed out,
 first, and xdist's own reordering (largest test count first, which put the one-test wheel file
@@ -85,6 +86,10 @@ name = "clockwork"
 epochs = 1
 threads = 2
 """
+#: Written into the top layer's cache folder (whose version covers every source of the package)
+#: after a warm-up that succeeded: a later suite with the same sources and cache skips the
+#: warm-up (several seconds of one core while the other waits), the kernels being cached.
+WARM_UP_DONE = "suite-warm-up.done"
 #: The position the warm-up evaluates (``tuner eval``: the evaluation's own entry point).
 WARM_UP_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 
@@ -98,6 +103,9 @@ def pytest_sessionstart(session):
     if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
         return
     import tuner
+    done = tuner.cache_folder(tuner.TOP) / WARM_UP_DONE
+    if done.exists():  # these sources' warm-up has filled this cache: nothing to compile
+        return
     from tuner.cli import main  # only here: a plain run imports no command
     paths = [str(Path(tuner.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))  # these sources
@@ -114,6 +122,8 @@ def pytest_sessionstart(session):
         failed.append(("eval", evaluating.returncode, err))
     for command, code, output in failed:
         sys.stderr.write(f"warm-up `tuner {command}` failed ({code}): {output[-2000:]}\n")
+    if not failed:
+        done.touch()
 
 
 def pytest_terminal_summary(terminalreporter, config):
