@@ -20,6 +20,7 @@ from shared import TINY_PARQUET, stderr_lines
 from tuner.cli import main
 from tuner.data import DatasetError, load_dataset
 from tuner.data.registry import resolve
+from tuner.data.stats import dataset_stats
 from tuner.data.uri import is_uri
 from tuner.train.loop import start_run
 
@@ -92,6 +93,9 @@ def test_a_file_uri_loads_what_its_path_loads(tiny_copy):
     assert by_uri.source == uri and len(by_uri) == len(by_path) == 4000
     for name in ("positions", "results", "score_cp", "game", "ply"):
         assert np.array_equal(getattr(by_uri, name), getattr(by_path, name)), name
+    stats = dataset_stats(uri).to_dict()  # `tuner data stats URI`
+    assert stats.pop("source") == uri
+    assert stats == {k: v for k, v in dataset_stats(tiny_copy).to_dict().items() if k != "source"}
 
 
 def _bad_files(folder: Path) -> dict[str, Path]:
