@@ -18,6 +18,7 @@ from tuner.chess.fen import parse_fen_array
 from tuner.chess.status import status_text
 from .registry import Resolved, resolve
 from .schema import check_schema
+from .uri import is_uri, locate
 from . import trace as traces
 
 POSITION_WORDS = 9
@@ -65,15 +66,20 @@ class Dataset:
                                       self.ply, self.row_index) if a is not None)
 
 
-def open_parquet(path: Path, source: str) -> pq.ParquetFile:
-    """Open ``path`` as Parquet, turning every failure into a DatasetError naming ``source``."""
-    if not os.path.exists(path):
+def open_parquet(path: Path | str, source: str) -> pq.ParquetFile:
+    """Open ``path`` as Parquet, turning every failure into a DatasetError naming ``source``: a
+    local path, or a URI (a str, `tuner.data.uri`: opened through its pyarrow filesystem, its
+    errors naming the URI)."""
+    filesystem = None
+    if isinstance(path, str) and is_uri(path):
+        filesystem, path = locate(path)
+    elif not os.path.exists(path):
         raise DatasetError(f"{source}: no such file")
-    if os.path.isdir(path):
+    elif os.path.isdir(path):
         raise DatasetError(f"{source}: is a directory, not a Parquet file")
     try:
-        return pq.ParquetFile(path, page_checksum_verification=True, buffer_size=READ_BUFFER,
-                              pre_buffer=False)
+        return pq.ParquetFile(path, filesystem=filesystem, page_checksum_verification=True,
+                              buffer_size=READ_BUFFER, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
         raise DatasetError(f"{source}: not a Parquet file, or corrupted ({e})") from e
 

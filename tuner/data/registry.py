@@ -1,9 +1,12 @@
 """Named datasets: the registries (``registry.toml`` files) and the order they are searched in.
 
 A dataset (in a configuration's ``[data] train``, ``tuner data stats``, ``load_dataset``) is a
-path or a name. This is the one description of how it is found; ``tuner data list`` prints the
-same order with the files it found:
+URI, a path or a name. This is the one description of how it is found; ``tuner data list``
+prints the same order with the files it found:
 
+0. A URI, a value beginning ``scheme://`` (``s3://bucket/key.parquet``, ``file:///abs/x.parquet``),
+   is that object, opened through pyarrow's filesystems (`tuner.data.uri`): never relative to
+   anything, never a name.
 1. A path, a value with a ``/`` or the suffix ``.parquet``, is that file: relative to the
    configuration file when it comes from one, else to the current directory.
 2. A name is looked up in these registries; the first that lists it wins:
@@ -17,7 +20,8 @@ same order with the files it found:
 3. A name no registry lists is a file of that name, if one exists (relative as in 1.).
 
 No registry location is ever computed from where the package is installed except the shipped
-one. File paths in a registry are relative to that registry file.
+one. File paths in a registry are relative to that registry file; a registry lists local files only
+(a URI as its ``file`` is refused: give the URI itself in ``[data] train``).
 
 Entry keys (table ``[datasets."NAME"]``):
     file        Parquet file, relative to the registry file (required)
@@ -37,6 +41,7 @@ from pathlib import Path
 
 from tuner.shipped import SAMPLES_REGISTRY, is_shipped_config
 from .errors import DatasetError
+from .uri import is_uri, locate
 
 ENV_VAR = "TUNER_DATASETS"
 REGISTRY_FILE = "registry.toml"
@@ -139,6 +144,10 @@ def load_registry(path: Path) -> dict[str, RegistryEntry]:
     for name, spec in table.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("file"), str):
             raise DatasetError(f"{path}: dataset '{name}' needs a 'file' string")
+        if is_uri(spec["file"]):
+            raise DatasetError(f"{path}: dataset '{name}': file {spec['file']!r} is a URI; a "
+                               "registry lists local files (give the URI itself in [data] "
+                               "train)")
         sha = spec.get("sha256")
         if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
             raise DatasetError(f"{path}: dataset '{name}': sha256 must be 64 hex digits")
@@ -214,7 +223,7 @@ def verify_entry(entry: RegistryEntry) -> None:
 
 @dataclass(frozen=True)
 class Resolved:
-    path: Path
+    path: Path | str  # a str: a URI (`tuner.data.uri`), as it was given
     entry: RegistryEntry | None  # None for a plain path
 
     @property
@@ -244,6 +253,9 @@ def resolve(name_or_path: str | os.PathLike, config: Path | None = None) -> Reso
     registered name is checked (the file exists, its checksum). ``config``: the configuration
     file the value comes from (None: the command line)."""
     key = os.fspath(name_or_path)
+    if not isinstance(name_or_path, os.PathLike) and is_uri(key):
+        locate(key)  # a URI pyarrow cannot open, or no file there, fails here
+        return Resolved(key, None)
     if isinstance(name_or_path, os.PathLike) or is_path(key):
         found = _file(key, config)
         if found is None:

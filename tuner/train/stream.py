@@ -102,7 +102,9 @@ class Data:
 
 
 def find_data(cfg: Config) -> list[Resolved]:
-    """The files of ``[data] train`` (tuner.data.registry's lookup order; checksums checked)."""
+    """The files of ``[data] train`` (tuner.data.registry's lookup order: a URI is opened
+    through pyarrow's filesystems, `tuner.data.uri`; a path is relative to the configuration's
+    folder; checksums checked), found by whichever process calls it (a cluster's workers too)."""
     return [resolve(name, config=cfg.path) for name in cfg["data"]["train"]]
 
 
