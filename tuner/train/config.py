@@ -163,8 +163,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "data": {
         "train": Key((list, str), None,
                      "Datasets to train on: registered names (looked up as `tuner data list "
-                     "--config` shows: the project's datasets/registry.toml first) or Parquet "
-                     "paths (relative to the config file). A registry's `file` may be any "
+                     "--config` shows: the project's datasets/registry.toml first), Parquet "
+                     "paths (relative to the config file) or URIs that pyarrow's filesystems "
+                     "open (`s3://...`, `gs://...`, `hdfs://...`, `file:///...`; credentials "
+                     "from the environment as pyarrow reads them). A registry's `file` may be any "
                      "path, absolute or with `..`: a registry from someone else can point at "
                      "any file you can read. Required.", _str_list),
         "validation_fraction": Key(NUM, 0.05,
