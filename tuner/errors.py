@@ -21,6 +21,13 @@ def clip(text: str, limit: int = MAX_QUOTE) -> str:
     return f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def error_line(e: BaseException, last: bool = False) -> str:
+    """The first (or `last`) non-empty line of `e`'s text, stripped (its type's name if it has
+    none): what a message quotes of another library's error (pyarrow, Ray)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return (lines[-1 if last else 0]) if lines else type(e).__name__
+
+
 class TunerError(Exception):
     """A problem a user can fix; the message is one line naming it and its location."""
 

@@ -28,6 +28,8 @@ import re
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from tuner.errors import error_line
+
 from .errors import DatasetError
 
 #: A URI's beginning: a scheme (RFC 3986: a letter, then letters, digits, ``+``, ``-`` or ``.``)
@@ -43,11 +45,6 @@ def is_uri(value: str) -> bool:
     return URI_START.match(value) is not None
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
-
-
 def locate(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and path of the file `uri` names (see the module docstring); DatasetError
     naming `uri` when pyarrow cannot make its filesystem or look it up, or it is no file."""
@@ -55,12 +52,12 @@ def locate(uri: str) -> tuple[pafs.FileSystem, str]:
         fs, path = pafs.FileSystem.from_uri(uri)
     except PYARROW_ERRORS as e:
         raise DatasetError(f"{uri}: unknown URI scheme, or its filesystem is not available: "
-                           f"{_first_line(e)}") from None
+                           f"{error_line(e)}") from None
     try:
         kind = fs.get_file_info(path).type
     except PYARROW_ERRORS as e:
         raise DatasetError(f"{uri}: cannot look it up on its filesystem ({fs.type_name}): "
-                           f"{_first_line(e)}") from None
+                           f"{error_line(e)}") from None
     if kind == pafs.FileType.NotFound:
         raise DatasetError(f"{uri}: no such object ({fs.type_name} filesystem)")
     if kind == pafs.FileType.Directory:

@@ -56,6 +56,7 @@ import numpy as np
 import ray
 
 from tuner.compiling import watch_compilation
+from tuner.errors import error_line
 from tuner.data.loader import DatasetReader, file_rows
 from tuner.data.trace import concat_positions, take_positions
 from tuner.evals import get_evaluation
@@ -308,7 +309,7 @@ class ClusterWorkers(Workers):
                          _system_config=RAY_SYSTEM_CONFIG if local else None)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise TrainingError(f"[cluster] address = {address!r}: cannot start or reach "
-                                    f"Ray: {str(e).splitlines()[0]}") from None
+                                    f"Ray: {error_line(e)}") from None
         t0 = time.perf_counter()
         n = len(self.bounds) - 1
         tr = spec.values["training"]  # a store per share: the cache keeps as many per run
@@ -365,16 +366,10 @@ class ClusterWorkers(Workers):
             return ray.get(calls)
         except ray.exceptions.RayActorError as e:
             raise TrainingError(f"a cluster worker died and Ray could not restart it (at most "
-                                f"{MAX_RESTARTS} restarts): {_first_line(e)}; the checkpoint of "
+                                f"{MAX_RESTARTS} restarts): {error_line(e)}; the checkpoint of "
                                 f"the last completed epoch is kept (--resume DIR continues)"
                                 ) from None
         except ray.exceptions.RayError as e:
             cause = getattr(e, "cause", None) or e
-            raise TrainingError(f"a cluster worker failed: {_first_line(cause, last=True)}"
+            raise TrainingError(f"a cluster worker failed: {error_line(cause, last=True)}"
                                 ) from None
-
-
-def _first_line(e: BaseException, last: bool = False) -> str:
-    """The first (or `last`) non-empty line of `e`'s text."""
-    lines = [line for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
-    return lines[-1 if last else 0].strip()

@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from tuner.errors import error_line
 from tuner.fileio import WriteError, atomic_write, read_json
 from .config import CLUSTER_ADDRESSES, NUM, RAY_MISSING, RAY_OPTIONAL, SCHEMA, ConfigError, Key, _a, _between, \
     _check_type, _fail, _one_of, _type_name, check_address, check_section, describe_keys, load_config, \
@@ -340,7 +341,7 @@ def on_ray(sweep: Sweep, trials: list[Trial], log: Callable[[str], None],
                      include_dashboard=False, logging_level="WARNING")
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise TrainingError(f"{sweep.path}: [sweep] cluster = {sweep.cluster!r}: cannot "
-                                f"start or reach Ray: {str(e).splitlines()[0]}") from None
+                                f"start or reach Ray: {error_line(e)}") from None
     try:
         task = ray.remote(run_trial).options(num_cpus=sweep.cpus_per_trial)
         pending = {task.remote(t): t for t in trials}
