@@ -2,12 +2,17 @@
 the generic commands every evaluation gets (integer eval, --breakdown, --params, C++ export)."""
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 
 import chess
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tuner
 from shared import DATASETS, REPO
 from tuner.chess.fen import parse_fen_list
 from tuner.cli import main
@@ -200,6 +205,48 @@ def test_example_gradients_match_finite_differences():
                 fd = (continuous(ev, positions[i:i + 1], up, values)[0]
                       - continuous(ev, positions[i:i + 1], down, values)[0]) / (2 * h)
                 assert math.isclose(grad[k, j], fd, rel_tol=1e-6, abs_tol=1e-6), (fens[i], k, j)
+
+
+#: In a copy of the package: the tutorial's evaluation of that copy (loaded by path) records the
+#: queen attack; prints the evaluation, the module's name, the copy and whether it compiled.
+COPY_SCRIPT = """
+import sys, numpy as np, tuner
+from tuner.chess.fen import parse_fen_list
+from tuner.compiling import watch_compilation
+from tuner.evals import get_evaluation
+from tuner.tape import new_tape, set_params
+ev = get_evaluation(str(tuner.ROOT / "examples" / "kingsafety.py"))
+positions, _ = parse_fen_list([sys.argv[1]])
+tape = new_tape(ev.registry.n_values, ev.registry.n_params, records=64)
+set_params(tape.arena, np.array(ev.registry.defaults), np.array(ev.registry.value_defaults))
+with watch_compilation(lambda: None) as watch:
+    out = ev.record_eval(tape, ev.new_scratch(), positions[0])
+print(repr(float(tape.arena.val[out])), ev.record_eval.py_func.__module__, tuner.ROOT,
+      watch.compiled)
+"""
+
+
+def test_the_example_of_another_copy_of_the_package_loads_the_cached_machine_code(tmp_path):
+    """The package's own example file is cached by the package's sources, shared by every copy
+    of them (another clone, an installed wheel): a copy of the package that loads the machine
+    code compiled here imports it under the same name, which Numba needs to rebuild the cached
+    function (a name derived from its path failed there with ModuleNotFoundError)."""
+    ev = get_evaluation("kingsafety.py", EXAMPLES)
+    assert ev.record_eval.py_func.__module__ == "tuner.examples.kingsafety"
+    positions, _ = parse_fen_list([QUEEN_ATTACK])
+    tape = new_tape(ev.registry.n_values, ev.registry.n_params, records=64)
+    set_params(tape.arena, np.array(ev.registry.defaults), np.array(ev.registry.value_defaults))
+    here = float(tape.arena.val[ev.record_eval(tape, ev.new_scratch(), positions[0])])  # cached
+    root = tmp_path / "copy"
+    shutil.copytree(tuner.ROOT, root / "tuner", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(tuner.cache_base()))
+    r = subprocess.run([sys.executable, "-c", COPY_SCRIPT, QUEEN_ATTACK], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    # the same evaluation, from the copy's file, loaded from what this process cached
+    assert r.stdout.split() == [repr(here), "tuner.examples.kingsafety", str(root / "tuner"),
+                                "False"]
 
 
 # -- tuner params: the parameters a run starts from --------------------------------------------

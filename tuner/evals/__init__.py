@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner import ROOT
 from tuner.errors import TunerError
 from tuner.tape import new_accumulator
 from tuner.tape.ops import E_OPERAND_LIST, index_error
@@ -192,11 +193,24 @@ def _is_file(spec: str) -> bool:
     return spec.endswith(".py") or "/" in spec or os.sep in spec
 
 
+def file_module_name(resolved: Path) -> str:
+    """The name a ``.py`` evaluation file (a resolved path) is imported under. A file of the
+    package (the tutorial's ``tuner/examples/kingsafety.py``) takes its name in the package: its
+    machine code is cached by the package's sources, shared by every copy of them (another clone,
+    an installed wheel), and Numba rebuilds a cached function's globals by importing the module
+    of that name. Any other file takes a name derived from its path, as its cache is per path."""
+    try:
+        inside = resolved.relative_to(ROOT).with_suffix("").parts
+    except ValueError:
+        digest = hashlib.blake2b(str(resolved).encode(), digest_size=6).hexdigest()
+        return f"{FILE_MODULE_PREFIX}{resolved.stem}_{digest}"
+    return ".".join(("tuner", *inside))
+
+
 def _import_file(path: Path) -> ModuleType:
-    """The module of file `path`, imported once per process (under a name derived from it)."""
+    """The module of file `path`, imported once per process (under `file_module_name`)."""
     resolved = path.resolve()
-    digest = hashlib.blake2b(str(resolved).encode(), digest_size=6).hexdigest()
-    name = f"{FILE_MODULE_PREFIX}{resolved.stem}_{digest}"
+    name = file_module_name(resolved)
     if name in sys.modules:
         return sys.modules[name]
     if not resolved.is_file():
