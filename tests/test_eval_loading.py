@@ -238,7 +238,8 @@ def test_the_example_of_another_copy_of_the_package_loads_the_cached_machine_cod
     set_params(tape.arena, np.array(ev.registry.defaults), np.array(ev.registry.value_defaults))
     here = float(tape.arena.val[ev.record_eval(tape, ev.new_scratch(), positions[0])])  # cached
     root = tmp_path / "copy"
-    shutil.copytree(tuner.ROOT, root / "tuner", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(tuner.ROOT, root / "tuner",
+                    ignore=shutil.ignore_patterns("__pycache__", "samples", "configs"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     env.update(PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(tuner.cache_base()))
     r = subprocess.run([sys.executable, "-c", COPY_SCRIPT, QUEEN_ATTACK], env=env, cwd=tmp_path,
