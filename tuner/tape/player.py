@@ -438,7 +438,7 @@ STORE_LAYOUT = {
     "params": ((np.int64,), 1), "coef_bits": ((np.int64,), 1),
 }
 assert tuple(STORE_LAYOUT) == Store._fields
-#: Most low bits of an operand word that may hold its coefficient (`_packed`).
+#: Most low bits of an operand word that may hold its coefficient (`_pack_into`).
 MAX_COEF_BITS = 16
 
 # `validate_store`'s codes, with the field each concerns and what is wrong with it.
@@ -788,18 +788,23 @@ class _Growing:
                 wider[: self.n] = self.a[: self.n]
             self.a, self.width = wider, width
 
-    def append(self, block: np.ndarray) -> None:
-        k = len(block)
-        self.widen(block.dtype, block.shape[1] if self.width else 0)
+    def reserve(self, k: int, dtype, width: int = 0) -> np.ndarray:
+        """The next `k` rows (a view, uninitialised: the caller writes every entry of it), room
+        made for values of `dtype` in `width` columns (`widen`)."""
+        self.widen(dtype, width)
         if self.n + k > len(self.a):
             self.a.resize(self._shape(max(self.n + k, len(self.a) * 3 // 2), self.width),
                           refcheck=False)
-        if self.width:
-            self.a[self.n: self.n + k, : block.shape[1]] = block
-            self.a[self.n: self.n + k, block.shape[1]:] = 0
-        else:
-            self.a[self.n: self.n + k] = block
         self.n += k
+        return self.a[self.n - k: self.n]
+
+    def append(self, block: np.ndarray) -> None:
+        rows = self.reserve(len(block), block.dtype, block.shape[1] if self.width else 0)
+        if self.width:
+            rows[:, : block.shape[1]] = block
+            rows[:, block.shape[1]:] = 0
+        else:
+            rows[:] = block
 
     def filled(self) -> np.ndarray:
         """The rows written so far (a view)."""
@@ -820,18 +825,32 @@ def coef_bits_needed(lo: int, hi: int) -> int:
     return (max(-lo, hi + 1, 1) - 1).bit_length() + 1
 
 
-def _packed(index: np.ndarray, coef: np.ndarray, bits: int) -> np.ndarray:
-    """Slots `index` (u16) and integer coefficients `coef` as one u16 word each, the
-    coefficient offset by 2^(bits-1) in the low `bits` bits (see `tuner.tape.ops.operand`)."""
-    words = index.astype(np.uint16)
-    words <<= bits
-    words |= (coef.astype(np.int32) + (1 << (bits - 1))).astype(np.uint16)
-    return words
+@njit(**JIT)
+def _pack_into(index, coef, bits, words):
+    """Slots `index` (u16) and integer coefficients `coef` as one u16 word each into `words`,
+    the coefficient offset by 2^(bits-1) in the low `bits` bits (see `tuner.tape.ops.operand`;
+    they fit: `_Operands._bits_with`)."""
+    offset = np.int64(1) << (bits - 1)
+    for q in range(index.shape[0]):
+        words[q] = np.uint16((np.int64(index[q]) << bits) | (np.int64(coef[q]) + offset))
+
+
+@njit(**JIT)
+def _operand_range(index, coef):
+    """``(lo, hi, top)``: the least and greatest of integer coefficients `coef` and the greatest
+    of slots `index`, each with 0 (one pass)."""
+    lo = hi = top = 0
+    for q in range(index.shape[0]):
+        c = np.int64(coef[q])
+        lo = min(lo, c)
+        hi = max(hi, c)
+        top = max(top, np.int64(index[q]))
+    return lo, hi, top
 
 
 class _Operands:
     """The operands of a store being built, chunk by chunk, in the layout the whole would have:
-    one u16 word each (`_packed`) while every slot and integer coefficient so far fits in 16
+    one u16 word each (`_pack_into`) while every slot and integer coefficient so far fits in 16
     bits together (the words written so far repacked in place when the coefficients need more
     bits), else, from the first chunk that does not fit on, slots and coefficients apart (the
     words unpacked in place, the coefficients into their own array). Packing or not depends
@@ -857,7 +876,7 @@ class _Operands:
             if bits >= 0:
                 if len(index):
                     self._repack(bits)
-                    self.index.append(_packed(index, coef, bits))
+                    _pack_into(index, coef, bits, self.index.reserve(len(index), np.uint16))
                 return
             self._unpack()
         self.index.append(index)
@@ -871,8 +890,8 @@ class _Operands:
         if not len(index):
             return self.bits
         # (0 lies in every range coef_bits_needed covers: starting from it changes no width)
-        lo, hi = min(self.lo, int(coef.min())), max(self.hi, int(coef.max()))
-        top = max(self.top, int(index.max()))
+        lo, hi, top = _operand_range(index, coef)
+        lo, hi, top = min(self.lo, lo), max(self.hi, hi), max(self.top, top)
         bits = coef_bits_needed(lo, hi)
         if top.bit_length() + bits > 16:
             return -1
@@ -931,32 +950,30 @@ class _Scalars:
         self.kept: list[list[int]] = []         # each template's varying columns, as found
         self.cols = np.zeros((0, 1), np.int64)  # [T, W]: kept, -1 after its end
 
-    def append(self, full: np.ndarray, tmpl: np.ndarray, past: np.ndarray) -> None:
-        """The scalars `full` (float64[n, S], a position's zero-padded) of positions of templates
-        `tmpl` (int64[n]), after positions of templates `past`."""
-        n, width = full.shape
+    def append(self, flat: np.ndarray, counts: np.ndarray, tmpl: np.ndarray,
+               past: np.ndarray) -> None:
+        """The scalars of positions of templates `tmpl` (int64[n]; position i's are ``counts[i]``
+        of the concatenated `flat`), after positions of templates `past`."""
+        width = max(1, int(counts.max(initial=0)))  # a position's, zero-padded
+        starts = np.cumsum(counts) - counts
         if width > self.first.shape[1]:
             self.first = np.pad(self.first, ((0, 0), (0, width - self.first.shape[1])))
-        ts, at = np.unique(tmpl, return_index=True)
-        new = at[ts >= len(self.first)]  # templates first seen here, in their numbers' order
-        if len(new):
+        if len(tmpl) and tmpl.max() >= len(self.first):
+            ts, at = np.unique(tmpl, return_index=True)
+            new = at[ts >= len(self.first)]  # templates first seen here, in their numbers' order
             first = np.zeros((len(new), self.first.shape[1]))
-            first[:, :width] = full[new]
+            _rows_into(flat, starts[new], counts[new], first)
             self.first = np.concatenate([self.first, first])
             self.kept += [[] for _ in new]
             self.cols = np.pad(self.cols, ((0, len(new)), (0, 0)), constant_values=-1)
         # (padding is +0.0 in every row: it never differs)
-        bits = full.view(np.int64) != self.first[tmpl, :width].view(np.int64)
-        rows, cols = np.nonzero(bits)
-        if len(rows):
-            for key in np.unique(tmpl[rows] * width + cols).tolist():
-                t, c = divmod(key, width)
-                if c not in self.kept[t]:
-                    self._keep(t, c, past)
-        src = self.cols[tmpl]
-        src[src < 0] = width  # a zero column
-        out = np.take_along_axis(np.pad(full, ((0, 0), (0, 1))), src, axis=1)
-        self.rows.append(out)
+        differs = np.zeros((len(self.first), width), np.bool_)
+        _differing(flat.view(np.int64), starts, counts, tmpl, self.first.view(np.int64), differs)
+        for t, c in zip(*np.nonzero(differs)):
+            if c not in self.kept[t]:
+                self._keep(int(t), int(c), past)
+        _kept_into(flat, starts, counts, tmpl, self.cols,
+                   self.rows.reserve(len(tmpl), np.float64, self.cols.shape[1]))
 
     def _keep(self, t: int, c: int, past: np.ndarray) -> None:
         """Column `c` of template `t` varies: kept from now on, and its value (its first) written
@@ -999,13 +1016,37 @@ class _Scalars:
             rows[r, np.arange(len(order))] = rows[r, order]
 
 
-def _rows(flat: np.ndarray, counts: np.ndarray, width: int, dtype) -> np.ndarray:
-    """The concatenated per-position lists `flat` (position i has ``counts[i]`` entries) as a
-    zero-padded matrix of `width` columns."""
-    out = np.zeros((len(counts), width), dtype)
-    rows = np.repeat(np.arange(len(counts)), counts)
-    out[rows, np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)] = flat
-    return out
+@njit(**JIT)
+def _rows_into(flat, starts, counts, out):
+    """The per-position lists of `flat` (position i has ``counts[i]`` entries from
+    ``starts[i]``) as the rows of `out`, zero-padded."""
+    for i in range(out.shape[0]):
+        s, k = starts[i], counts[i]
+        for j in range(out.shape[1]):
+            out[i, j] = flat[s + j] if j < k else 0
+
+
+@njit(**JIT)
+def _differing(bits, starts, counts, tmpl, first, differs):
+    """``differs[t, c]`` set where a position of template t has scalar column c (``counts[i]``
+    of `bits` from ``starts[i]``, zero-padded to ``differs.shape[1]``) bitwise other than
+    ``first[t, c]`` (both the int64 view of the float64s)."""
+    for i in range(tmpl.shape[0]):
+        t, s, k = tmpl[i], starts[i], counts[i]
+        for c in range(differs.shape[1]):
+            if (bits[s + c] if c < k else 0) != first[t, c]:
+                differs[t, c] = True
+
+
+@njit(**JIT)
+def _kept_into(flat, starts, counts, tmpl, cols, out):
+    """``out[i, j]``: position i's scalar column ``cols[tmpl[i], j]`` (0 where that is -1 or
+    beyond its ``counts[i]`` scalars from ``starts[i]`` of `flat`)."""
+    for i in range(out.shape[0]):
+        t, s, k = tmpl[i], starts[i], counts[i]
+        for j in range(out.shape[1]):
+            c = cols[t, j] if j < cols.shape[1] else -1
+            out[i, j] = flat[s + c] if 0 <= c < k else 0.0
 
 
 class StoreBuilder:
@@ -1047,12 +1088,11 @@ class StoreBuilder:
                               f"store holds")
         n = len(ch.tmpl)
         tmpl = local[ch.tmpl]
-        self.scalars.append(_rows(ch.scal, ch.n_scal, max(1, int(ch.n_scal.max(initial=0))),
-                                  np.float64), tmpl, self.tmpl.filled())
+        self.scalars.append(ch.scal, ch.n_scal, tmpl, self.tmpl.filled())
         self.tmpl.append(tmpl.astype(np.uint16))
         self.n_opnd.append(ch.n_opnd.astype(np.int32))  # (a chunk's operands fit int32)
-        self.nary.append(_rows(ch.nary, ch.n_nary, max(1, int(ch.n_nary.max(initial=0))),
-                               np.uint16))
+        _rows_into(ch.nary, np.cumsum(ch.n_nary) - ch.n_nary, ch.n_nary,
+                   self.nary.reserve(n, np.uint16, max(1, int(ch.n_nary.max(initial=0)))))
         # (operands per position of the first chunk size the arrays for the rest)
         self.operands.append(ch.index, ch.coef,
                              int(len(ch.index) / max(1, n) * max(self.expected, n) * 1.25) + 1)
