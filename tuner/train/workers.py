@@ -44,7 +44,8 @@ from tuner.tape.ops import F_SIGMOID_SQ_ERR
 from tuner.tape.player import arena_size, build_store, extract, store_len
 from tuner.tape.specialise import specialisable, specialise
 from .config import DEFAULT_SEGMENT
-from .kernels import WORD_BITS, Batch, cut_chunks, reduce_chunks, replay_chunks, store_order
+from .kernels import (ROWS_INCREASING, ROWS_OUTSIDE, WORD_BITS, Batch, cut_chunks, reduce_chunks,
+                      replay_chunks, rows_kind, store_order)
 from .record import Labelled, new_training_tape, record_positions
 
 
@@ -201,15 +202,19 @@ class Workers:
             self.pool.shutdown()
 
     def _in_store_order(self, order, n_rows: int):
-        """`order` sorted (a view of a buffer reused by the next call)."""
+        """`order` sorted: itself if it is already in increasing store order (as a full batch
+        is), else a view of a buffer reused by the next call."""
         order = np.ascontiguousarray(order, dtype=np.int64)
+        kind = rows_kind(order, n_rows)
+        if kind == ROWS_OUTSIDE:
+            raise IndexError(f"batch rows outside 0..{n_rows - 1}")
+        if kind == ROWS_INCREASING:
+            return order
         if len(order) > len(self.sorted):
             self.sorted = np.zeros(len(order), np.int64)
         if len(self.bits) * WORD_BITS < n_rows:
             self.bits = np.zeros(n_rows // WORD_BITS + 1, np.uint64)
         out = self.sorted[: len(order)]
-        if len(order) and (order.min() < 0 or order.max() >= n_rows):
-            raise IndexError(f"batch rows outside 0..{n_rows - 1}")
         if store_order(order, self.bits, out) != len(order):  # a row twice: sort it plainly
             out[:] = np.sort(order)
         return out
