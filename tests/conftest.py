@@ -13,7 +13,9 @@ version of the sources and cache: `WARM_UP_DONE`). With
 ``--dist loadfile`` a file runs whole on one worker and the slowest file bounds the run's wall
 time, so the files that take longest (`SLOW_FILES`) are collected, and therefore handed out,
 first, and xdist's own reordering (largest test count first, which put the one-test wheel file
-last) is turned off."""
+last) is turned off. The files that use the local Ray (`RAY_FILES`) are handed out as one
+(`pytest_xdist_make_scheduler`): one worker runs them one after another on one Ray (`local_ray`)
+instead of starting one each."""
 from __future__ import annotations
 
 import os
@@ -61,10 +63,44 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+#: The test files that use the local Ray (`local_ray`), the scope they are handed out in
+#: together under ``--dist loadfile``, and the CPUs of that Ray.
+RAY_FILES = ("test_cluster.py", "test_sweep.py", "test_data_uri.py")
+RAY_SCOPE = "ray"
+RAY_CPUS = 2
+
+
 def pytest_collection_modifyitems(config, items):
     """`SLOW_FILES` first, in that order; the others after them in their collected order."""
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile``: xdist's scheduler of whole files, but with `RAY_FILES` one
+    scope (where the first of them is collected), so that one worker runs them on one Ray.
+    (xdist's ``--dist loadgroup`` cannot do it: it renames the tests, which pytest 9 ignores.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return RAY_SCOPE if Path(scope).name in RAY_FILES else scope
+
+    return RayFilesTogether(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own teardown (a monkeypatched `ray` undone)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a run of `RAY_FILES` tests, the Ray `local_ray` started (if any)
+    is shut down."""
+    if nextitem is not None and nextitem.path.name in RAY_FILES:
+        return
+    ray = sys.modules.get("ray")
+    if item.path.name in RAY_FILES and ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -161,12 +197,13 @@ def no_loss_plot():
         yield
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def local_ray():
-    """A local Ray of 2 CPUs for a test module (module scope: one per module), shut down after it; shared by
-    the cluster and sweep tests."""
+    """A local Ray of `RAY_CPUS` CPUs (the `ray` module), started by the first test that needs
+    it and kept for the tests of `RAY_FILES` that follow it (``make test`` runs them one after
+    another on one worker), shut down after the last of them (`pytest_runtest_teardown`)."""
     ray = pytest.importorskip("ray", reason="Ray is installed by `make` (pip install "
                                             "'tuner[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
+    if not ray.is_initialized():
+        ray.init(num_cpus=RAY_CPUS, include_dashboard=False, logging_level="WARNING")
+    return ray
