@@ -19,9 +19,13 @@ run: $(STAMP)
 
 # Two pytest-xdist workers (one per core), a test file per worker at a time (module fixtures
 # built once); the controller first compiles the shared kernels (tests/conftest.py).
+# The suite writes Python's bytecode (__pycache__, ignored by git) even where the environment
+# sets PYTHONDONTWRITEBYTECODE: its workers, subprocesses and Ray actors import the package about
+# a hundred times, and each would compile every module again, and pytest rewrite every test
+# file again (collecting took each worker 9.4 s of CPU without the bytecode, 3.9 s with it).
 test: $(STAMP)
 	$(BIN)/ruff check tuner tests benchmarks examples
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The tape, the fixed `tuner bench` run, the roofline at 6.97 M positions and the scaling table
 # (benchmarks/scaling.md): about 15 minutes on 2 cores, up to 10 GB of memory.
