@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from tuner.jit import BORROWED, JIT
+from tuner.jit import BORROWED, INLINE, JIT
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -137,9 +137,9 @@ class Chunk(NamedTuple):
     n_scal: np.ndarray     # int64[N]
     n_nary: np.ndarray     # int64[N]
     scal: np.ndarray       # float64[...]
-    nary: np.ndarray       # int64[...]
-    index: np.ndarray      # int32[...]
-    coef: np.ndarray       # float64[...]
+    nary: np.ndarray       # uint16[...]
+    index: np.ndarray      # uint16[...] or (wide) int32[...]
+    coef: np.ndarray       # int8[...] or (wide) float64[...]
     counts: np.ndarray     # int64[N_COUNTS]: CH_* fields (templates, template records, ...)
 
 
@@ -153,17 +153,19 @@ N_COUNTS = 5
 TI_HASH, TI_VALUES, TI_PAIRS, TI_SCALARS, TI_OUTPUTS = range(5)
 
 
-def _new_chunk(rec: Recording, n: int, n_seg: int) -> Chunk:
+def _new_chunk(rec: Recording, n: int, n_seg: int, narrow: bool) -> Chunk:
     """A chunk for the `n` positions of `rec`: uninitialised (`_extract` writes every entry it
-    or `_trimmed` reads) but its counts and first template start, which are 0."""
+    or `_trimmed` reads) but its counts and first template start, which are 0. `narrow`: its
+    operands as u16 slots and i8 coefficients (see `_extract`), else int32 and float64."""
     r, m = int(rec.counts[C_RECORDS]), int(rec.counts[C_OPERANDS])
     t_first = np.empty(n + 2, np.int64)
     t_first[0] = 0
     return Chunk(t_first, np.empty((r + 1, T_REC_FIELDS), np.int32),
                  np.empty((n + 1, TI_OUTPUTS + n_seg), np.int64), np.empty(n, np.int32),
                  np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
-                 np.empty(2 * r + 1), np.empty(r + 1, np.int64), np.empty(m + 1, np.int32),
-                 np.empty(m + 1), np.zeros(N_COUNTS, np.int64))
+                 np.empty(2 * r + 1), np.empty(r + 1, np.uint16),
+                 np.empty(m + 1, np.uint16 if narrow else np.int32),
+                 np.empty(m + 1, np.int8 if narrow else np.float64), np.zeros(N_COUNTS, np.int64))
 
 
 @njit(**JIT)
@@ -185,13 +187,61 @@ def _mix(h, x):
     return (h ^ np.uint64(x & 0xFFFFFFFF)) * np.uint64(1099511628211)
 
 
+@njit(**INLINE)
+def _structure_hash(t_rec, info, first, stop, n_cols):
+    """The hash of a template: its records ``t_rec[first:stop]`` and its header ``info``
+    (columns TI_VALUES .. n_cols - 1)."""
+    h = np.uint64(14695981039346656037)
+    for r in range(first, stop):
+        for f in range(T_REC_FIELDS):
+            h = _mix(h, t_rec[r, f])
+    for f in range(TI_VALUES, n_cols):
+        h = _mix(h, info[f])
+    return np.int64(h)
+
+
+@njit(**INLINE)
+def _same_structure(ch: Chunk, t, first, stop, row, n_cols):
+    """Whether template `t` of `ch` has the records ``t_rec[first:stop]`` and the header
+    ``t_info[row]`` (columns TI_VALUES .. n_cols - 1)."""
+    t_first, t_rec, t_info = ch.t_first, ch.t_rec, ch.t_info
+    if t_first[t + 1] - t_first[t] != stop - first:
+        return False
+    same = True
+    for f in range(TI_VALUES, n_cols):
+        same &= t_info[t, f] == t_info[row, f]
+    q = t_first[t]
+    for r in range(first, stop):
+        for f in range(T_REC_FIELDS):
+            same &= t_rec[q, f] == t_rec[r, f]
+        q += 1
+    return same
+
+
+#: `_extract`'s status when an operand does not fit a narrow chunk (u16 slot, i8 coefficient):
+#: `extract` copies the recording out again into a wide one.
+E_WIDE = 7
+#: A narrow chunk's largest slot; its (integer) coefficients lie strictly between the bounds.
+NARROW_SLOT_MAX = np.iinfo(np.uint16).max
+NARROW_BELOW, NARROW_ABOVE = np.iinfo(np.int8).min - 1.0, np.iinfo(np.int8).max + 1.0
+#: The same bound and the largest slot, as the unsigned indices of `_extract` compare them (a
+#: slot that may not be read is U_UNREAD, or a negative one, above U_SLOT_MAX), and one step.
+U_NARROW_SLOT_MAX = np.uint64(NARROW_SLOT_MAX)
+U_SLOT_MAX = np.uint64(np.iinfo(np.int32).max)
+U_UNREAD = np.uint64(np.iinfo(np.uint64).max)
+U1 = np.uint64(1)
+
+
 @njit(**BORROWED)
-def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
+def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow):
     """Copy every position of `rec` out, rebased and validated, into `ch` (see `freeze`).
 
     `vmap` / `pmap` (int32, one per value / pair slot in use, all -1) map the temporaries of the
     position being copied (left all -1). On failure sets ``err = (code, position, record)`` and
-    returns early.
+    returns early. A `narrow` chunk holds operands whose slot fits u16 and whose coefficient is
+    an integer of i8, what `_trimmed` would narrow a wide chunk's to: the first operand that does
+    not is the failure E_WIDE. A position of the same structure as the one before is matched to
+    its template without hashing.
     """
     rc = rec.counts
     n_vp, n_pp, n_opnd = rc[C_VALUE_PARAMS], rc[C_PAIR_PARAMS], rc[C_OPERANDS]
@@ -200,15 +250,16 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
     t_first, t_rec, t_info, tmpl = ch.t_first, ch.t_rec, ch.t_info, ch.tmpl
     c_scal, c_nary, c_index, c_coef = ch.scal, ch.nary, ch.index, ch.coef
     n_seg, n = outputs.shape
+    n_cols = TI_OUTPUTS + n_seg
     cnt = ch.counts
+    n_t = cnt[CH_TEMPLATES]
     cand = cnt[CH_RECORDS]                        # candidate template records start here
+    w_s, w_q, w_o = cnt[CH_SCALARS], cnt[CH_NARY], cnt[CH_OPERANDS]   # where the next go
+    last = -1                                     # the template of the position before
     for i in range(n):
         nv = 0
         npr = 0
-        ns = 0
-        nq = 0
-        no = 0
-        h = np.uint64(14695981039346656037)
+        s0, q0, o0 = w_s, w_q, w_o
         k = cand
         for s in range(n_seg):
             for r in range(ranges[s, i, 0], ranges[s, i, 1]):
@@ -227,22 +278,39 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
                     if first < 0 or count < 0 or first + count > n_opnd:
                         err[0], err[1], err[2] = E_OPERAND_INDEX, i, r
                         return
-                    # `_remap`, written out: a call per operand would cost reference counts.
+                    # `_remap`, written out (a call per operand would cost reference counts),
+                    # in unsigned indices (no wraparound: a negative slot is a huge one), the
+                    # checks of every operand folded into two flags looked at after the list.
                     slot_map = pmap if FORM_NARY[form] == S_PAIR else vmap
-                    n_par = n_pp if FORM_NARY[form] == S_PAIR else n_vp
-                    for q in range(first, first + count):
-                        x = r_idx[q]
+                    n_par = np.uint64(n_pp if FORM_NARY[form] == S_PAIR else n_vp)
+                    n_map = np.uint64(slot_map.shape[0])
+                    q = np.uint64(first)
+                    w = np.uint64(w_o)
+                    unread = False   # an operand that may not be read
+                    wide = False     # one that does not fit a narrow chunk
+                    for _ in range(count):
+                        x = np.uint64(np.int64(r_idx[q]))
                         if x >= n_par:
-                            x = slot_map[x] if x < slot_map.shape[0] else -1
-                        if x < 0:
-                            err[0], err[1], err[2] = E_OPERAND, i, r
-                            return
-                        c_index[cnt[CH_OPERANDS] + no] = x
-                        c_coef[cnt[CH_OPERANDS] + no] = r_coef[q]
-                        no += 1
-                    c_nary[cnt[CH_NARY] + nq] = count
-                    b = nq
-                    nq += 1
+                            x = np.uint64(np.int64(slot_map[x])) if x < n_map else U_UNREAD
+                        unread |= x > U_SLOT_MAX
+                        c = r_coef[q]
+                        fits = (x <= U_NARROW_SLOT_MAX) & (c > NARROW_BELOW) & (c < NARROW_ABOVE)
+                        fits &= np.floor(c) == c
+                        wide |= not fits
+                        c_index[w] = x
+                        c_coef[w] = c if fits or not narrow else 0.0  # (in range for i8)
+                        q += U1
+                        w += U1
+                    if unread:
+                        err[0], err[1], err[2] = E_OPERAND, i, r
+                        return
+                    if narrow and wide:
+                        err[0], err[1], err[2] = E_WIDE, i, r
+                        return
+                    w_o += count
+                    c_nary[w_q] = count
+                    b = w_q - q0
+                    w_q += 1
                 else:
                     if FORM_LHS[form] != S_NONE:
                         a = _remap(r_lhs[r], FORM_LHS[form], n_vp, n_pp, vmap, pmap)
@@ -252,8 +320,8 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return
                 for j in range(FORM_SCALARS[form]):
-                    c_scal[cnt[CH_SCALARS] + ns] = r_sc[r, j]
-                    ns += 1
+                    c_scal[w_s] = r_sc[r, j]
+                    w_s += 1
                 o = r_out[r]
                 if FORM_OUT[form] == S_PAIR:
                     if o < n_pp or o >= pmap.shape[0] or pmap[o] >= 0:
@@ -273,12 +341,10 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
                 t_rec[k, 1] = o
                 t_rec[k, 2] = a
                 t_rec[k, 3] = b
-                for f in range(T_REC_FIELDS):
-                    h = _mix(h, t_rec[k, f])
                 k += 1
-        # The template's header: hash, temporaries, scalars, outputs.
-        info = t_info[cnt[CH_TEMPLATES]]
-        info[TI_VALUES], info[TI_PAIRS], info[TI_SCALARS] = nv, npr, ns
+        # The template's header: temporaries, scalars, outputs (the hash when it is needed).
+        info = t_info[n_t]
+        info[TI_VALUES], info[TI_PAIRS], info[TI_SCALARS] = nv, npr, w_s - s0
         for s in range(n_seg):
             x = -1  # -1: no output (a tape frozen only to be swept forward)
             if outputs[s, i] >= 0:
@@ -287,9 +353,6 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
                     err[0], err[1], err[2] = E_NO_OUTPUT, i, -1
                     return
             info[TI_OUTPUTS + s] = x
-        for f in range(TI_VALUES, TI_OUTPUTS + n_seg):
-            h = _mix(h, info[f])
-        info[TI_HASH] = np.int64(h)
         # Forget this position's temporaries.
         for s in range(n_seg):
             for r in range(ranges[s, i, 0], ranges[s, i, 1]):
@@ -297,41 +360,38 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap):
                     pmap[r_out[r]] = -1
                 else:
                     vmap[r_out[r]] = -1
-        # An existing template of the same structure, or this one.
+        # An existing template of the same structure (templates are distinct: at most one is),
+        # the one before first, or this one.
         found = -1
-        for t in range(cnt[CH_TEMPLATES]):
-            if t_info[t, TI_HASH] != info[TI_HASH] or t_first[t + 1] - t_first[t] != k - cand:
-                continue
-            same = True
-            for f in range(TI_VALUES, TI_OUTPUTS + n_seg):
-                same = same and t_info[t, f] == info[f]
-            q = t_first[t]
-            for r in range(cand, k):
-                for f in range(T_REC_FIELDS):
-                    same = same and t_rec[q, f] == t_rec[r, f]
-                q += 1
-            if same:
-                found = t
-                break
+        if last >= 0 and _same_structure(ch, last, cand, k, n_t, n_cols):
+            found = last
+        else:
+            info[TI_HASH] = _structure_hash(t_rec, info, cand, k, n_cols)
+            for t in range(n_t):
+                if (t != last and t_info[t, TI_HASH] == info[TI_HASH]
+                        and _same_structure(ch, t, cand, k, n_t, n_cols)):
+                    found = t
+                    break
         if found < 0:
-            found = cnt[CH_TEMPLATES]
-            cnt[CH_TEMPLATES] += 1
-            cnt[CH_RECORDS] = k
-            t_first[cnt[CH_TEMPLATES]] = k
+            found = n_t
+            n_t += 1
+            t_first[n_t] = k
             cand = k
+        last = found
         tmpl[i] = found
-        ch.n_opnd[i] = no
-        ch.n_scal[i] = ns
-        ch.n_nary[i] = nq
-        cnt[CH_SCALARS] += ns
-        cnt[CH_NARY] += nq
-        cnt[CH_OPERANDS] += no
+        ch.n_opnd[i] = w_o - o0
+        ch.n_scal[i] = w_s - s0
+        ch.n_nary[i] = w_q - q0
+    cnt[CH_TEMPLATES], cnt[CH_RECORDS] = n_t, cand
+    cnt[CH_SCALARS], cnt[CH_NARY], cnt[CH_OPERANDS] = w_s, w_q, w_o
     err[0] = OK
 
 
 def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> Chunk:
     """Validate and copy out every position of a recording (see the module docstring); errors
-    number the positions from `base`. `ranges` (see `position_ranges`) is found if not given."""
+    number the positions from `base`. `ranges` (see `position_ranges`) is found if not given.
+    The operands are copied into a narrow chunk (u16 slots, i8 coefficients), or, if one does
+    not fit, into a wide one narrowed afterwards: the same chunk either way."""
     bad = index_error(rec)
     if bad is not None:
         raise FreezeError(f"an index out of range was recorded: {bad.describe()}")
@@ -344,10 +404,13 @@ def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> 
     if missing >= 0:
         raise FreezeError(f"position {base + missing % n}: no record writes its output slot "
                           f"{outputs[missing // n, missing % n]} (segment {missing // n})")
-    ch = _new_chunk(rec, n, n_seg)
     err = np.zeros(3, np.int64)
-    _extract(rec, outputs, ranges, ch, err, np.full(rec.counts[C_VALUES], -1, np.int32),
-             np.full(rec.counts[C_PAIRS], -1, np.int32))
+    for narrow in (True, False):
+        ch = _new_chunk(rec, n, n_seg, narrow)
+        _extract(rec, outputs, ranges, ch, err, np.full(rec.counts[C_VALUES], -1, np.int32),
+                 np.full(rec.counts[C_PAIRS], -1, np.int32), narrow)
+        if err[0] != E_WIDE:
+            break
     if err[0] != OK:
         code, i, r = (int(x) for x in err)
         if r < 0:
@@ -363,7 +426,8 @@ def extract(rec: Recording, outputs: np.ndarray, base: int = 0, ranges=None) -> 
 
 
 def _narrow_index(index: np.ndarray) -> np.ndarray:
-    return index.astype(np.uint16 if index.size == 0 or index.max() <= 0xFFFF else np.int32)
+    return index.astype(np.uint16 if index.size == 0 or index.max() <= NARROW_SLOT_MAX
+                        else np.int32)
 
 
 @njit(**JIT)
@@ -394,10 +458,12 @@ def _trimmed(ch: Chunk) -> Chunk:
     """`ch` with only the filled parts, in the narrowest dtypes (concatenating chunks then
     promotes to the widest one any chunk needed)."""
     t, r, s, q, m = (int(x) for x in ch.counts)
+    narrow = ch.index.dtype == np.uint16  # (a narrow chunk's: only what fits, see `_extract`)
     return ch._replace(t_first=ch.t_first[: t + 1].copy(), t_rec=ch.t_rec[:r].copy(),
                        t_info=ch.t_info[:t].copy(), scal=ch.scal[:s].copy(),
-                       nary=ch.nary[:q].astype(np.uint16), index=_narrow_index(ch.index[:m]),
-                       coef=_narrow_coef(ch.coef[:m]))
+                       nary=ch.nary[:q].copy(),
+                       index=ch.index[:m] if narrow else _narrow_index(ch.index[:m]),
+                       coef=ch.coef[:m] if narrow else _narrow_coef(ch.coef[:m]))
 
 
 class Store(NamedTuple):

@@ -653,18 +653,20 @@ def features(pos, scratch):
         lin_add(lin, Pair.KING_PSQT + (ksq ^ x), sign)
 
     checkers = np.int64(0)     # net potential checks: against White's king minus Black's
+    # the squares checking the other king along diagonals and lines, once per side (side s)
+    oksq = (lsb(board[0, THEM, KING]), lsb(board[1, THEM, KING]))
+    diagonal = (bishop_attacks(oksq[0], sets[0, SET_OCC]), bishop_attacks(oksq[1], sets[1, SET_OCC]))
+    orthogonal = (rook_attacks(oksq[0], sets[0, SET_OCC]), rook_attacks(oksq[1], sets[1, SET_OCC]))
     for t in range(KNIGHT, KING):
         for s in range(2):
-            oksq = lsb(board[s, THEM, KING])
-            occ = sets[s, SET_OCC]
             if t == KNIGHT:
-                chk = knight_attacks(oksq)
+                chk = knight_attacks(oksq[s])
             elif t == BISHOP:
-                chk = bishop_attacks(oksq, occ)
+                chk = diagonal[s]
             elif t == ROOK:
-                chk = rook_attacks(oksq, occ)
+                chk = orthogonal[s]
             else:
-                chk = bishop_attacks(oksq, occ) | rook_attacks(oksq, occ)
+                chk = diagonal[s] | orthogonal[s]
             checkers -= _sign(s) * _piece_terms(lin, board, sets, s, t, chk)
     add_nonzero(lin, Pair.POTENTIAL_CHECKER_VAL, checkers)
 
