@@ -206,6 +206,7 @@ def generated(x):
 #: Calls each of them and prints (as JSON) the values and the functions Numba compiled.
 LAYER_SCRIPT = f"""
 import importlib.util, json, sys, numpy as np, tuner
+sys.dont_write_bytecode = True  # gen.py runs from source, as a specialised player does
 from numba.core import event
 compiled = []
 class Names(event.Listener):
