@@ -3,9 +3,8 @@ cache (--positions, default 2048, of the shipped sample), played over and over i
 
 A term is an operand or a record (`benchmarks.roofline.terms_per_position`). For each evaluation
 it prints the specialised player (`tuner.tape.specialise`, what the epochs use), the same
-playing one position at a time instead of two (``unpaired``: see `tuner.tape.specialise.paired`),
-the same without running a position's first backward with the next forward (``undeferred``:
-see `tuner.tape.specialise.deferred`) and the interpreter (`tuner.tape.player.play`), each with
+without running a position's first backward with the next forward (``undeferred``: see
+`tuner.tape.specialise.deferred`) and the interpreter (`tuner.tape.player.play`), each with
 gradients (forward and backward, what an epoch runs) and forward only (what a validation pass
 runs). Times are this thread's CPU time, the median of --repeat, so that other processes on a
 shared machine count less; the players take turns, one repeat each, so that a change of load
@@ -31,9 +30,7 @@ from roofline import EVALUATIONS, terms_per_position
 
 #: Position replays per measurement (about a second of work).
 REPLAYS = 3_000_000
-PLAYERS = ("specialised", "unpaired", "undeferred", "interpreter")
-#: The players that are the specialised one with one of its choices turned off.
-WITHOUT = {"unpaired": "paired", "undeferred": "deferred"}
+PLAYERS = ("specialised", "undeferred", "interpreter")
 #: With gradients (what an epoch runs) or forward only (a validation pass).
 MODES = {"forward+backward": True, "forward": False}
 
@@ -66,13 +63,13 @@ def players(store, labels):
             made[label] = play
         elif label == "specialised":
             made[label] = specialising.specialise(store).play
-        else:  # the same source with that choice turned off (a module of its own)
-            choice = getattr(specialising, WITHOUT[label])
-            setattr(specialising, WITHOUT[label], lambda st: False)
+        else:  # the same source with nothing deferred (a module of its own)
+            deferred = specialising.deferred
+            specialising.deferred = lambda st: False
             try:
                 made[label] = specialising.specialise(store).play
             finally:
-                setattr(specialising, WITHOUT[label], choice)
+                specialising.deferred = deferred
     return made
 
 

@@ -31,7 +31,7 @@ import pytest
 
 from tuner.evals import get_evaluation
 from tuner.tape import Graph, Value, freeze, ops, play
-from tuner.tape.specialise import (ARG_TYPES, MAX_TEMPLATES, NO_BLOCK, inlined_call, paired,
+from tuner.tape.specialise import (ARG_TYPES, MAX_TEMPLATES, NO_BLOCK, inlined_call,
                                    player_source, specialisable, specialise,
                                    template_summary)
 from tuner.train.kernels import Batch, replay_chunks
@@ -61,15 +61,15 @@ def covering_plans(n_plans: int, length: int):
     return plans, vparams, pparams
 
 
-def record_positions(plans, targets, vparams, pparams, loss=None):
+def record_positions(plans, targets, vparams, pparams):
     """Position i: plan i's evaluation (segment 0), then its loss of form ``LOSS_FORMS[i % 2]``
-    (or `loss`) times 0.5 (segment 1). The graph and the ``outputs`` of `freeze`."""
+    times 0.5 (segment 1). The graph and the ``outputs`` of `freeze`."""
     g = Graph(N_VP, N_PP, records=sum(len(p) for p in plans) + 8 * len(plans))
     g.tape.arena.val[:N_VP] = vparams
     g.tape.arena.pair_val[:N_PP] = pparams
     outs = [record_plan(steps, vparams, pparams, g)[1][-1] for steps in plans]
-    losses = [Value(g, ops.record_loss(g.tape, o.index, K, y, ops.LOSS_FORMS[
-        i % len(ops.LOSS_FORMS)] if loss is None else loss)) * 0.5
+    losses = [Value(g, ops.record_loss(g.tape, o.index, K, y,
+                                       ops.LOSS_FORMS[i % len(ops.LOSS_FORMS)])) * 0.5
               for i, (o, y) in enumerate(zip(outs, targets))]
     return g, np.array([[o.index for o in outs], [x.index for x in losses]], np.int64)
 
@@ -162,38 +162,6 @@ def test_specialised_equals_interpreted_bit_for_bit(store_and_point, module, sca
             assert_same_bits(getattr(a1, field), getattr(a2, field), f"{what} {field}")
         if with_grad:
             assert np.any(a1.pair_grad[:N_PP] != 0.0)
-
-
-def test_a_paired_player_equals_the_interpreter_bit_for_bit():
-    """A store of one template (every form in it) is played two positions at a time
-    (`tuner.tape.specialise.paired`): outputs, gradients and the arena (left holding the last
-    row's temporaries) are the interpreter's, for an odd and an even number of rows, repeated
-    rows among them, and for one row and none."""
-    plans, vparams, pparams = covering_plans(1, 2)
-    rng = np.random.default_rng(SEED + 1)
-    n = 5
-    g, outputs = record_positions(plans * n, rng.uniform(0, 1, n), vparams, pparams,
-                                  ops.LOSS_FORMS[0])
-    store = freeze(g.tape.rec, outputs)
-    assert len(store.t_temps) == 1 and paired(store)
-    player = specialise(store).play
-    new_v = vparams + 0.01 * rng.uniform(-1, 1, N_VP)
-    new_p = pparams + 0.01 * rng.uniform(-1, 1, (N_PP, 2))
-    for rows in ([4, 1, 3, 3, 0, 2, 1], [2, 0, 4, 1, 1, 3], [3], []):
-        rows = np.array(rows, np.int64)
-        for with_grad in (False, True):
-            results = []
-            for play_ in (play, player):
-                arena = fresh_arena(store, new_v, new_p)
-                out = np.zeros((len(rows), store.t_out_slots.shape[1]))
-                assert play_(store, arena, rows, 0.25, with_grad, out) == -1
-                results.append((out, arena))
-            (o1, a1), (o2, a2) = results
-            what = f"rows {rows.tolist()}, with_grad {with_grad}"
-            assert_same_bits(o1, o2, what + " outputs")
-            for field in ("val", "pair_val", "val_grad", "pair_grad"):
-                assert_same_bits(getattr(a1, field), getattr(a2, field), f"{what} {field}")
-            assert np.any(a1.pair_grad[:N_PP] != 0.0) == (with_grad and len(rows) > 0)
 
 
 def test_a_template_without_a_block_stops_the_player(store_and_point, module):

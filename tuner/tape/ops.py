@@ -154,14 +154,11 @@ def index_error(rec: Recording) -> IndexViolation | None:
 
 @njit(**INLINE)
 def sigmoid(x: float) -> float:
-    """Logistic function, without overflow for large |x|: 1 / (1 + e) with e = exp(-x) for x >= 0,
-    e / (1 + e) with e = exp(x) below. Written without a branch, as one exponential of -|x| (which
-    is -x above 0 and x below) and a select of the numerator: the same operations on the same
-    operands, so the same bits, and no mispredicted branch on a sign that is as often one as the
-    other (in a paired player, `tuner.tape.specialise.paired`, one would also discard the other
-    position's work in flight)."""
-    e = np.exp(-abs(x))
-    return (1.0 if x >= 0.0 else e) / (1.0 + e)
+    """Logistic function, without overflow for large |x|."""
+    if x >= 0.0:
+        return 1.0 / (1.0 + np.exp(-x))
+    e = np.exp(x)
+    return e / (1.0 + e)
 
 
 @njit(**INLINE)

@@ -1105,8 +1105,8 @@ def freeze(rec: Recording, outputs: np.ndarray) -> Store:
 # ------------------------------------------------------------------------------------------------
 
 def prefetch_lines(with_tmpl: bool = True, with_nary: bool = True,
-                   with_coef: bool | None = None, at: str = "i") -> list[str]:
-    """Source that prefetches what the positions a few steps ahead of ``rows[at]`` (rows are
+                   with_coef: bool | None = None) -> list[str]:
+    """Source that prefetches what the positions a few steps ahead of ``rows[i]`` (rows are
     played last to first) read of the store: the header of the one `PREFETCH_ROW` ahead (its
     template number and n-ary counts unless the player does not read them), every cache line of
     the operands of the one `PREFETCH_OPERANDS` ahead (and of their coefficients: `with_coef`,
@@ -1119,11 +1119,10 @@ def prefetch_lines(with_tmpl: bool = True, with_nary: bool = True,
     coef = {None: ["    if coef.shape[0]:  # (empty when packed into idx)",
                    "        prefetch(coef, pf_q)"],
             True: ["    prefetch(coef, pf_q)"], False: []}[with_coef]
-    return ([f"if {at} >= {PREFETCH_ROW}:", f"    pf_ahead = rows[{at} - {PREFETCH_ROW}]"] + header
+    return ([f"if i >= {PREFETCH_ROW}:", f"    pf_ahead = rows[i - {PREFETCH_ROW}]"] + header
             + ["    prefetch(opnd_off, pf_ahead)",
                "    prefetch(scalars, pf_ahead * scalars.shape[1])",
-               f"if {at} >= {PREFETCH_OPERANDS}:",
-               f"    pf_ahead = rows[{at} - {PREFETCH_OPERANDS}]",
+               f"if i >= {PREFETCH_OPERANDS}:", f"    pf_ahead = rows[i - {PREFETCH_OPERANDS}]",
                "    pf_q, pf_end = opnd_off[pf_ahead], opnd_off[pf_ahead + 1]",
                "    while pf_q < pf_end:", "        prefetch(idx, pf_q)"]
             + ["    " + line for line in coef] + ["        pf_q += 32"])

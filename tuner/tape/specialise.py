@@ -109,130 +109,74 @@ def deferred(st: Store) -> bool:
             and int(st.t_op[0]) >> KERNEL_BITS == F_LINCOMB_PAIR)
 
 
-def paired(st: Store) -> bool:
-    """Whether the player of `st` plays its positions two at a time: a store of one template. The
-    two forward sweeps are written record by record in turn (the first on copies of the value
-    and pair arrays, ``valB`` and ``pvB``, made once per call: its own temporaries, the same
-    parameters), so that each one's chain of dependent scalar operations (exponentials,
-    divisions) leaves room for the other's; then the first position's backward and the
-    second's, one after the other. Every gradient is added in the order of one position after
-    the other, the interpreter's bits; the second (and the last row, alone) is played in the
-    arena, which is left holding the last row's temporaries as the interpreter leaves it."""
-    return len(st.t_temps) == 1
-
-
-#: Names of what a position's lines read and write: the arrays its forward values are in, its
-#: row (``rows[i]``), operand offset and outputs' row, and the suffix of its local variables.
-POSITION = dict(val="val", pv="pv", p="p", q="q", i="i", suffix="")
-#: The first position of a pair (`paired`), played on copies of the arena's forward arrays.
-COPIES = dict(val="valB", pv="pvB", p="pB", q="qB", i="iB", suffix="B")
-
-
-def template_parts(st: Store, t: int, first: tuple = ("plain", "call"), pos: dict = POSITION):
-    """The lines of template `t` for one position named by `pos` (`POSITION`, `COPIES`): its
-    forward, one list of lines per record; its outputs; and (with gradients) the temporaries'
-    gradients cleared, the seed and the backward calls in reverse. `first` says how the first
-    record runs: forward ``"plain"`` or ``"fused"`` with a pending backward, backward ``"call"``
-    or ``"pending"`` (left for a later forward or the end of the sweep; see `deferred`)."""
+def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
+    """The body of template `t`'s block: forward calls, outputs, then (with gradients) the
+    temporaries' gradients cleared, the seed and the backward calls in reverse. With `defer`
+    (see `deferred`), the first record's backward is left ``pending`` for the next position's
+    forward (or the end of the sweep), which runs it with its own first record."""
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
     last_nary = max(nary_records(st, t), default=-1)
-    x, p, q = pos["suffix"], pos["p"], pos["q"]
-    arrays = dict(val=pos["val"], pv=pos["pv"])
     for r in range(r0, r1):
         op = int(st.t_op[r])
         form, k = op >> KERNEL_BITS, op & KERNEL_MASK
         if form >= N_FORMS:
             raise ValueError(f"template {t}, record {r - r0}: unknown record tag {op}")
         row = FORM_TABLE[form]
-        lines = []
-        s = [f"scalars[{p}, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
+        s = [f"scalars[p, {int(st.t_scol[r, j])}]" if st.t_scol[r, j] >= 0
              else _literal(st.t_sconst[r, j]) for j in range(2)]
         # A function Numba inlines into its callers (`tuner.jit.INLINE`) is typed in each call
         # and compiles nothing of its own: its arguments stay literals (measured faster).
         inlined = inlined_call(row.fwd)
-        typed = (lambda name, v: str(v)) if inlined else _typed
+        typed = (lambda name, x: str(x)) if inlined else _typed
         a, b = typed("a", int(st.t_lhs[r])), typed("b", int(st.t_rhs[r]))
         if FORM_NARY[form] != S_NONE:  # operands from the position's list, in record order
-            an, nn = f"a{r - r0}{x}", f"n{r - r0}{x}"
-            lines.append(f"{an} = " + (q if inlined else f"np.{ARG_TYPES['a']}({q})"))
+            fwd.append(f"a{r - r0} = " + ("q" if inlined else f"np.{ARG_TYPES['a']}(q)"))
             # The last list ends where the position's operands end: its count is not read.
-            n = (f"opnd_off[{p} + 1] - {q}" if r == last_nary
-                 else f"nary[{p}, {int(st.t_rhs[r])}]")
-            lines.append(f"{nn} = " + (n if inlined else f"np.{ARG_TYPES['b']}({n})"))
-            lines.append(f"{q} += {nn}")
-            a, b = an, nn
-        names = dict(arrays, o=typed("o", int(st.t_out[r])), a=a, b=b, k=typed("k", k),
-                     s0=s[0], s1=s[1], bits=typed("bits", int(st.coef_bits[0])))
+            n = "opnd_off[p + 1] - q" if r == last_nary else f"nary[p, {int(st.t_rhs[r])}]"
+            fwd.append(f"n{r - r0} = " + (n if inlined else f"np.{ARG_TYPES['b']}({n})"))
+            fwd.append(f"q += n{r - r0}")
+            a, b = f"a{r - r0}", f"n{r - r0}"
+        names = dict(o=typed("o", int(st.t_out[r])), a=a, b=b, k=typed("k", k), s0=s[0],
+                     s1=s[1], bits=typed("bits", int(st.coef_bits[0])))
         label = f"  # {tag_name(op)}"
-        if r == r0 and first[0] == "fused":
+        if defer and r == r0:
             o, bits = names["o"], names["bits"]
-            lines += ["if with_grad:  # with the previous position's pending backward",
-                      f"    _lincomb_pair_fwd_bwd({pos['pv']}, pg, idx, {o}, {a}, {b}, {bits}, "
-                      f"pending)" + label, "else:", "    " + call(form, False, names) + label]
-        else:
-            lines.append(call(form, False, names) + label if not row.loss
-                         else f"partial{r - r0}{x} = {call(form, False, names)}{label}")
-        if r == r0 and first[1] == "pending":
+            fwd += ["if with_grad:  # with the previous position's pending backward",
+                    f"    _lincomb_pair_fwd_bwd(pv, pg, idx, {o}, {a}, {b}, {bits}, pending)"
+                    + label, "else:", "    " + call(form, False, names) + label]
             slot = int(st.t_out[r])
             bwd.append(f"pending = ({a}, {b}, pg[{slot}, 0], pg[{slot}, 1]){label}: run later")
         elif row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
-            bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}{x}){label}")
-        elif row.bwd is not None:
-            bwd.append(call(form, True, names) + label)
-        fwd.append(lines)
+            fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
+            bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
+        else:
+            fwd.append(call(form, False, names) + label)
+            if row.bwd is not None:
+                bwd.append(call(form, True, names) + label)
     n_seg = st.t_out_slots.shape[1]
-    outs = []
     for seg in range(n_seg):
         o = int(st.t_out_slots[t, seg])
-        outs.append(f"outputs[{pos['i']}, {seg}] = " + (f"{pos['val']}[{o}]" if o >= 0
-                                                        else "np.nan"))
-    grad = []
+        fwd.append(f"outputs[i, {seg}] = " + (f"val[{o}]" if o >= 0 else "np.nan"))
+    grad = ["if with_grad:"]
     nv, npr = int(st.t_temps[t, 0]), int(st.t_temps[t, 1])
     if nv:  # (plain loops: a slice assignment costs more than these few stores)
-        grad += [f"for j in range({v0}, {v0 + nv}):", "    vg[j] = 0.0"]
+        grad += [f"    for j in range({v0}, {v0 + nv}):", "        vg[j] = 0.0"]
     if npr:
-        grad += [f"for j in range({p0}, {p0 + npr}):", "    pg[j, 0] = 0.0",
-                 "    pg[j, 1] = 0.0"]
-    grad.append(f"vg[{int(st.t_out_slots[t, n_seg - 1])}] += seed")
-    return fwd, outs, grad + list(reversed(bwd))
-
-
-def _with_grad(lines: list[str]) -> list[str]:
-    return ["if with_grad:"] + ["    " + line for line in lines]
-
-
-def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
-    """The body of template `t`'s block for one position (`template_parts`): forward, outputs,
-    then (with gradients) the backward. With `defer` (see `deferred`), the first record's
-    backward is left ``pending`` for the next position's forward (or the end of the sweep),
-    which runs it with its own first record."""
-    fwd, outs, grad = template_parts(st, t, ("fused", "pending") if defer else ("plain", "call"))
-    return [line for lines in fwd for line in lines] + outs + _with_grad(grad)
-
-
-def pair_lines(st: Store, defer: bool) -> list[str]:
-    """The body of the block of a pair of positions (`paired`), ``rows[iB]`` then ``rows[i]``
-    (``i = iB - 1``): the two forwards record by record in turn, the outputs, then the first
-    position's backward and the second's. With `defer`, the pending backward runs with the
-    first position's first record, the first position's own right away, and the second's is
-    left pending."""
-    fa, oa, ga = template_parts(st, 0, ("fused", "call") if defer else ("plain", "call"),
-                                COPIES)
-    fb, ob, gb = template_parts(st, 0, ("plain", "pending") if defer else ("plain", "call"))
-    fwd = [line for a, b in zip(fa, fb) for line in a + b]
-    return fwd + oa + ob + _with_grad(ga + gb)
+        grad += [f"    for j in range({p0}, {p0 + npr}):", "        pg[j, 0] = 0.0",
+                 "        pg[j, 1] = 0.0"]
+    grad.append(f"    vg[{int(st.t_out_slots[t, n_seg - 1])}] += seed")
+    grad += ["    " + line for line in reversed(bwd)]
+    return fwd + grad
 
 
 def player_source(st: Store) -> str:
     """The generated module: ``play`` (the interpreter's signature and contract) with a block for
-    each template of `st`; for a `paired` store a block for two positions and one for the last
-    position of an odd number."""
+    each template of `st`."""
     blocks = []
     n_t = len(st.t_temps)
     defer = deferred(st)
-    pairs = paired(st)
     if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
         blocks += ["        " + line for line in template_lines(st, 0, defer)]
     else:
@@ -251,35 +195,8 @@ def player_source(st: Store) -> str:
     # last one's count is not read).
     reads_tmpl = n_t > 1
     reads_nary = any(len(nary_records(st, t)) > 1 for t in range(n_t))
-    coef = int(st.coef_bits[0]) == 0 and len(st.coef) > 0
-
-    def fetch(at):
-        return "\n".join("        " + line for line in prefetch_lines(
-            reads_tmpl, reads_nary, coef, at))
-
-    loop = f"""    for i in range(rows.shape[0] - 1, -1, -1):
-{fetch("i")}
-        p = rows[i]
-        q = opnd_off[p]
-{body}"""
-    if pairs:  # pairs from the last row down, then the first row if their number is odd
-        start += ("\n    valB, pvB = val.copy(), pv.copy()  # the forward values of a pair's"
-                  " first position (the parameters: the same)")
-        pair = "\n".join("        " + line for line in pair_lines(st, defer))
-        loop = f"""    i = rows.shape[0] - 1
-    while i > 0:
-        iB = i
-        i = iB - 1
-{fetch("iB")}
-{fetch("i")}
-        pB, p = rows[iB], rows[i]
-        qB, q = opnd_off[pB], opnd_off[p]
-{pair}
-        i -= 1
-    if i == 0:
-        p = rows[0]
-        q = opnd_off[p]
-{body}"""
+    prefetch = "\n".join("        " + line for line in prefetch_lines(
+        reads_tmpl, reads_nary, int(st.coef_bits[0]) == 0 and len(st.coef) > 0))
     import tuner
 
     header = _HEADER.format(n_templates=n_t, sources=tuner.layer_digest("tape"),
@@ -293,7 +210,11 @@ def play(st, arena, rows, seed, with_grad, outputs):
     val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
                                                 st.index, st.coef){start}
-{loop}{end}
+    for i in range(rows.shape[0] - 1, -1, -1):
+{prefetch}
+        p = rows[i]
+        q = opnd_off[p]
+{body}{end}
     return -1
 '''
 
