@@ -20,9 +20,9 @@ run: $(STAMP)
 # Two pytest-xdist workers (one per core), a test file per worker at a time (module fixtures
 # built once); the controller first compiles the shared kernels (tests/conftest.py).
 # The suite writes Python's bytecode (__pycache__, ignored by git) even where the environment
-# sets PYTHONDONTWRITEBYTECODE: its workers, subprocesses and Ray actors import the package about
-# a hundred times, and each would compile every module again, and pytest rewrite every test
-# file again (collecting took each worker 9.4 s of CPU without the bytecode, 3.9 s with it).
+# sets PYTHONDONTWRITEBYTECODE: each of its workers, subprocesses and Ray actors imports the
+# package, and would compile every module again, and pytest rewrite every test file again
+# (collecting took each worker 9.4 s of CPU without the bytecode, 3.9 s with it).
 test: $(STAMP)
 	$(BIN)/ruff check tuner tests benchmarks examples
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n 2 --dist loadfile

@@ -1,9 +1,10 @@
 """Where a replay epoch's time goes: its parts timed one by one, beside the kernel in cache.
 
 Records the replay store of the shipped sample tiled to --positions (default 2 M) for one
-evaluation, then times, on each thread count asked for (median of --repeat, wall and the
-process's CPU time): a whole epoch's `Workers.loss_grad` over every position in store order (the
-full batch) and over the shuffled batches of --batch (the default mode), and their parts: putting
+evaluation, then times, on each thread count asked for (median of --repeat after a warm-up
+call, wall and the process's CPU time): a whole epoch's `Workers.loss_grad` over every position
+in store order (the full batch) and over the shuffled batches of --batch (the default mode), and
+their parts: putting
 a batch in store order (`store_order`'s bitmap sort), cutting it into chunks, computing the
 chunks (the player, with the per-chunk zeroing and copying of the gradients), reducing the chunk
 gradients, and the optimiser's step; plus the player in cache (the first --cache-positions
@@ -13,33 +14,21 @@ positions played over and over) for what the kernel alone costs per position.
         [--threads 1 2] [--repeat R] [--batch B] [--cache-positions C]
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
+from eval_bench import timeit
 from scaling import K, MICRO, load
 
 from tuner.evals import get_evaluation
 from tuner.tape.player import store_len, store_nbytes
 from tuner.train.bench import tiled_data
-from tuner.train.kernels import AdamW, Batch, adamw_step, cut_chunks, reduce_chunks
+from tuner.train.kernels import AdamW, Batch, adamw_step, cut_chunks
 from tuner.train.record import record_store
 from tuner.train.workers import ReplaySource, Workers, split_params
 
 DEFAULT_POSITIONS = 2_000_000
 DEFAULT_BATCH = 262_144
-
-
-def timed(fn, repeat: int) -> tuple[float, float]:
-    """Median (wall, process CPU) seconds of `repeat` calls of fn()."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(walls), statistics.median(cpus)
 
 
 def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat: int) -> dict:
@@ -73,12 +62,7 @@ def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat
 
     def reduce():
         for starts in cuts:
-            n_chunks = len(starts) - 1
-
-            def one(w):
-                lo, hi = n_theta * w // workers.n_threads, n_theta * (w + 1) // workers.n_threads
-                reduce_chunks(workers.chunk_grads[:, lo:hi], n_chunks, workers.grad[lo:hi])
-            workers._each_thread(one)
+            workers.reduce(len(starts) - 1)
 
     def step():
         for s in range(len(batches)):
@@ -88,7 +72,7 @@ def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat
         for b in batches:
             workers.loss_grad(theta, b)
 
-    return {name: timed(fn, repeat) for name, fn in
+    return {name: timeit(fn, repeat) for name, fn in
             [("loss_grad (all of it)", whole), ("store order (bitmap sort)", sort),
              ("cut_chunks", cut), ("compute chunks (player)", compute),
              ("reduce_chunks", reduce), ("optimiser step", step)]}
@@ -129,7 +113,7 @@ def main():
             w.close()
         w = Workers(source, t, MICRO, len(cache_rows))
         reps = max(1, 2_000_000 // len(cache_rows))
-        wall, cpu = timed(lambda: [w.loss_grad(theta, cache_rows) for _ in range(reps)], a.repeat)
+        wall, cpu = timeit(lambda: [w.loss_grad(theta, cache_rows) for _ in range(reps)], a.repeat)
         print(f"  player in cache ({len(cache_rows):,} positions again and again): wall "
               f"{wall / (reps * len(cache_rows)) * 1e9:.1f} ns/position, CPU "
               f"{cpu / (reps * len(cache_rows)) * 1e9:.1f}")

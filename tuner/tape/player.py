@@ -1021,7 +1021,7 @@ class _Scalars:
         """The scalars of positions of templates `tmpl` (int64[n]; position i's are ``counts[i]``
         of the concatenated `flat`), after positions of templates `past`."""
         width = max(1, int(counts.max(initial=0)))  # a position's, zero-padded
-        starts = np.cumsum(counts) - counts
+        starts = _list_starts(counts)
         if width > self.first.shape[1]:
             self.first = np.pad(self.first, ((0, 0), (0, width - self.first.shape[1])))
         if len(tmpl) and tmpl.max() >= len(self.first):
@@ -1063,7 +1063,7 @@ class _Scalars:
         for t, kept in enumerate(self.kept):
             used = FORM_SCALARS[recs[t_first[t]: t_first[t + 1], 0] >> KERNEL_BITS]
             r_of = t_first[t] + np.repeat(np.arange(len(used)), used)   # record of each column
-            s_of = np.arange(len(r_of)) - np.repeat(np.cumsum(used) - used, used)  # its scalar
+            s_of = np.arange(len(r_of)) - np.repeat(_list_starts(used), used)  # its scalar
             if kept != sorted(kept):
                 self._reorder(rows, np.argsort(kept), tmpl == t if len(self.kept) > 1 else None)
             kept = np.array(sorted(kept), np.int64)
@@ -1080,6 +1080,11 @@ class _Scalars:
         for lo in range(0, len(which), PACK_BLOCK):
             r = which[lo: lo + PACK_BLOCK, None]
             rows[r, np.arange(len(order))] = rows[r, order]
+
+
+def _list_starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of the concatenated per-position lists of `counts` entries starts."""
+    return np.cumsum(counts) - counts
 
 
 @njit(**JIT)
@@ -1157,7 +1162,7 @@ class StoreBuilder:
         self.scalars.append(ch.scal, ch.n_scal, tmpl, self.tmpl.filled())
         self.tmpl.append(tmpl.astype(np.uint16))
         self.n_opnd.append(ch.n_opnd.astype(np.int32))  # (a chunk's operands fit int32)
-        _rows_into(ch.nary, np.cumsum(ch.n_nary) - ch.n_nary, ch.n_nary,
+        _rows_into(ch.nary, _list_starts(ch.n_nary), ch.n_nary,
                    self.nary.reserve(n, np.uint16, max(1, int(ch.n_nary.max(initial=0)))))
         # (operands per position of the first chunk size the arrays for the rest)
         self.operands.append(ch.index, ch.coef,

@@ -240,14 +240,19 @@ class Workers:
         total = math.fsum(batch.sse)
         if not with_grad:
             return total, None
+        self.reduce(n_chunks)
+        return total, self.grad
 
-        def reduce(w):  # parameter by parameter, so any split of them gives the same bits
+    def reduce(self, n_chunks: int) -> None:
+        """`grad` = the sum of the first `n_chunks` chunk gradients in chunk order, each thread
+        adding its share of the parameters (parameter by parameter, so any split of them gives
+        the same bits)."""
+        def share(w):
             lo, hi = (len(self.grad) * w // self.n_threads,
                       len(self.grad) * (w + 1) // self.n_threads)
             reduce_chunks(self.chunk_grads[:, lo:hi], n_chunks, self.grad[lo:hi])
 
-        self._each_thread(reduce)
-        return total, self.grad
+        self._each_thread(share)
 
     def _compute(self, theta: np.ndarray, batch: Batch, n_chunks: int) -> None:
         """Every chunk of `batch` at the flat parameters `theta` into its ``sse[c]`` and
