@@ -82,23 +82,28 @@ def _run(tmp_path, name, raw, monkeypatch, loaded: bool):
     return run, stores[0], [line for line in lines if not timed.search(line)]
 
 
-@pytest.mark.parametrize("case", ["k", "fit-blend", "cache", "two-datasets"])
+@pytest.mark.parametrize("case", ["k", "fit-blend", "cache", "two-datasets", "blocks",
+                                  "blocks-fit-blend", "blocks-cache", "blocks-two-datasets"])
 def test_a_streamed_run_equals_a_loaded_one(tmp_path, monkeypatch, small_batches, spoiled,
                                             case):
     """The store (its digest) and the parameters bit for bit, and the log (data lines, split, K,
     held-out report): for a known K (recorded while reading), K fitted with a score blend and
-    a store cache (read, then recorded in a second pass), and two datasets with bad rows."""
+    a store cache (read, then recorded in a second pass), and two datasets with bad rows; each
+    also with ``shuffle = "blocks"`` (recorded in the second pass, in 64 parts of the order:
+    the loaded run reorders the positions in memory and records them in that order)."""
     train = [SAMPLES / "tiny.parquet"]
     loss = {}
-    if case == "fit-blend":
+    if case.endswith("fit-blend"):
         loss = {"k": "fit", "score_blend": 0.5}
-    if case == "two-datasets":
+    if case.endswith("two-datasets"):
         train = [spoiled, SAMPLES / "tiny.parquet", spoiled]
     raw = _raw(train, **loss)
-    if case == "fit-blend":
+    if case.endswith("fit-blend"):
         raw["evaluation"]["init"] = "default"   # zeros evaluate every position alike: no K fits
-    if case == "cache":
+    if case.endswith("cache"):
         raw["training"]["store_cache"] = str(tmp_path / "cache")
+    if case.startswith("blocks"):
+        raw["training"].update(shuffle="blocks", shuffle_block=64)
     streamed, s_store, s_log = _run(tmp_path, "streamed", raw, monkeypatch, loaded=False)
     loaded, l_store, l_log = _run(tmp_path, "loaded", raw, monkeypatch, loaded=True)
     assert store_digest(s_store) == store_digest(l_store)

@@ -38,7 +38,7 @@ both run the same records through the same form functions (`tuner.tape.ops.FORM_
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -1202,6 +1202,114 @@ def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) ->
     builder = StoreBuilder(n_value_params, n_pair_params, sum(len(ch.tmpl) for ch in chunks))
     for ch in chunks:
         builder.add(ch)
+    return builder.finish()
+
+
+@njit(**JIT)
+def _lists_into(flat, off, rows, out):
+    """The per-position lists ``flat[off[p]:off[p + 1]]`` of positions `rows`, concatenated into
+    `out` (their total length)."""
+    w = 0
+    for p in rows:
+        for q in range(off[p], off[p + 1]):
+            out[w] = flat[q]
+            w += 1
+
+
+@njit(**JIT)
+def _store_scalars_into(scalars, rows, tmpl, col_start, col_src, col_const, out):
+    """Every scalar of positions `rows` (templates `tmpl`) as their records read them, in record
+    order, concatenated into `out`: template t's columns ``col_start[t]:col_start[t + 1]`` are
+    column ``col_src[c]`` of the position's row of `scalars`, or the constant ``col_const[c]``
+    where that is -1."""
+    w = 0
+    for i in range(rows.shape[0]):
+        t = tmpl[i]
+        for c in range(col_start[t], col_start[t + 1]):
+            src = col_src[c]
+            out[w] = scalars[rows[i], src] if src >= 0 else col_const[c]
+            w += 1
+
+
+@njit(**JIT)
+def _store_nary_into(nary, rows, n_lists, out):
+    """The n-ary counts of positions `rows` (``n_lists[i]`` of them each), concatenated into
+    `out`."""
+    w = 0
+    for i in range(rows.shape[0]):
+        for j in range(n_lists[i]):
+            out[w] = nary[rows[i], j]
+            w += 1
+
+
+def store_chunk(store: Store, rows: np.ndarray) -> Chunk:
+    """Positions `rows` of `store`, in that order, as the chunk `extract` makes of recordings of
+    them: its local templates numbered in the order of their first position, every scalar in
+    record order (a template constant included), the operands unpacked, every array in the
+    narrowest dtype that holds it. A `StoreBuilder` adds it as it adds those recordings' chunk,
+    so that chunks of stores, fed in any order, build the store of the positions in that order
+    (`reordered_store`). The template hashes are not made (the builder does not read them)."""
+    rows = np.asarray(rows, np.int64)
+    tmpl = store.tmpl[rows].astype(np.int64)
+    seen, firsts = np.unique(tmpl, return_index=True)
+    used = seen[np.argsort(firsts)]               # the templates in order of first position
+    local_of = np.empty(len(store.t_first), np.int64)
+    local_of[used] = np.arange(len(used))
+    forms = store.t_op.astype(np.int64) >> KERNEL_BITS
+    rec_scalars = FORM_SCALARS[forms]
+    # The (record, scalar) pairs of every template in record order, flattened: template t's
+    # are col_start[t]:col_start[t + 1]; its n-ary lists, lists_of[t].
+    col_start = np.concatenate([[0], np.cumsum(rec_scalars)])[store.t_first]
+    pairs = np.arange(store.t_scol.shape[1])[None, :] < rec_scalars[:, None]
+    col_src, col_const = store.t_scol[pairs].astype(np.int64), store.t_sconst[pairs]
+    lists_of = np.diff(np.concatenate([[0], np.cumsum(FORM_NARY[forms] != S_NONE)])[store.t_first])
+    lengths = np.diff(store.t_first)[used]
+    t_first = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    recs = np.repeat(store.t_first[used] - t_first[:-1], lengths) + np.arange(t_first[-1])
+    t_rec = np.stack([store.t_op[recs], store.t_out[recs], store.t_lhs[recs],
+                      store.t_rhs[recs]], axis=1).astype(np.int32)
+    t_info = np.zeros((len(used), TI_OUTPUTS + store.t_out_slots.shape[1]), np.int64)
+    t_info[:, TI_VALUES: TI_PAIRS + 1] = store.t_temps[used]
+    t_info[:, TI_SCALARS] = np.diff(col_start)[used]
+    t_info[:, TI_OUTPUTS:] = store.t_out_slots[used]
+    n_scal = np.diff(col_start)[tmpl]
+    scal = np.empty(int(n_scal.sum()))
+    _store_scalars_into(store.scalars, rows, tmpl, col_start, col_src, col_const, scal)
+    n_nary = lists_of[tmpl]
+    nary = np.empty(int(n_nary.sum()), np.uint16)
+    _store_nary_into(store.nary, rows, n_nary, nary)
+    n_opnd = np.diff(store.opnd_off)[rows].astype(np.int64)
+    words = np.empty(int(n_opnd.sum()), store.index.dtype)
+    _lists_into(store.index, store.opnd_off, rows, words)
+    bits = int(store.coef_bits[0])
+    if bits:  # (the narrowest dtypes of the unpacked operands: those of the chunks packed)
+        index = words >> bits
+        coef = _narrow_coef((words & ((1 << bits) - 1)).astype(np.float64) - (1 << (bits - 1)))
+    else:  # (the dtypes of the store: the widest of its chunks', which the builder promotes to)
+        index, coef = words, np.empty(len(words), store.coef.dtype)
+        _lists_into(store.coef, store.opnd_off, rows, coef)
+    counts = np.array([len(used), len(t_rec), len(scal), len(nary), len(words)], np.int64)
+    return Chunk(t_first, t_rec, t_info, local_of[tmpl].astype(np.int32), n_opnd, n_scal,
+                 n_nary, scal, nary, index, coef, counts)
+
+
+def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: int,
+                    chunk: int) -> Store:
+    """The store of positions ``rows[0]`` of ``parts[0]``, then ``rows[1]`` of ``parts[1]``, ...
+    in that order (`rows` may be an iterator: each part's rows are made when its turn comes):
+    bitwise the store a `StoreBuilder` makes of their recordings in that order, each part freed
+    (its entry of `parts` set to None) once its positions are in; so it costs the store's own
+    memory, and one part's, at most. Positions go into the builder `chunk` at a time
+    (`store_chunk`); `expected` positions (a hint) size its arrays."""
+    if not parts:
+        raise ValueError("no stores to reorder")
+    params = parts[0].params
+    builder = StoreBuilder(int(params[0]), int(params[1]), expected)
+    for i, part_rows in enumerate(rows):
+        part, parts[i] = parts[i], None
+        for lo in range(0, len(part_rows), chunk):
+            builder.add(store_chunk(part, part_rows[lo: lo + chunk]))
+        del part
     return builder.finish()
 
 

@@ -130,10 +130,6 @@ class Run:
         if self.evaluation.trace is not None and tr["mode"] == "eager":
             raise ConfigError(f"{cfg.path or 'config'}: [training] mode = \"eager\": the trace "
                               f"evaluation {self.evaluation.name!r} trains in replay mode")
-        if self.evaluation.trace is not None and tr["shuffle"] == "blocks":
-            raise ConfigError(f"{cfg.path or 'config'}: [training] shuffle = \"blocks\": the "
-                              f"trace evaluation {self.evaluation.name!r} streams its data; use "
-                              f"shuffle = \"positions\"")
         try:
             check_patterns(self.registry, cfg["freeze"]["stages"])
         except ValueError as e:

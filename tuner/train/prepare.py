@@ -9,10 +9,13 @@
    recorded into the store as they are read, or, with ``[training] store_cache``, looked up
    there by the digest of what was read (`tuner.train.storecache`); with ``[loss] k = "fit"``
    K is fitted after the first pass (to the fit sample of the training games, read again) and
-   the kernels warmed, then the store recorded in a second pass.
-3. Otherwise (eager epochs, ``[training] shuffle = "blocks"``, or data given to the run) every
-   position is in memory: K is fitted if need be, the kernels warmed, the positions put in a
-   blocks run's recording order (`tuner.train.stream.in_record_order`), the targets made
+   the kernels warmed, then the store recorded in a second pass. Under ``[training] shuffle =
+   "blocks"`` the store's order (`tuner.train.stream.record_order`) needs the split: the first
+   pass records nothing, and the second gives the positions to a recorder that puts them in
+   that order (`tuner.train.record.StoreRecorder`); the cache's key includes the order.
+3. Otherwise (eager epochs, or data given to the run) every position is in memory: K is
+   fitted if need be, the kernels warmed, the positions put in a blocks run's recording order
+   (`tuner.train.stream.in_record_order`), the targets made
    (`tuner.train.targets.blend_targets`) and, for replay epochs, the store recorded once (or
    loaded from the cache).
 
@@ -36,7 +39,8 @@ from .optimizer import Optimizer
 from .progress import Observer
 from .record import StoreRecorder, record_store
 from .storecache import store_cache
-from .stream import Data, DataDigest, DataStream, in_record_order, load_data
+from .stream import (Data, DataDigest, DataStream, in_record_order, load_data,
+                     record_order)
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, mse_at
 from .warmup import warm_positions, warm_up
 from .workers import EagerSource, ReplaySource, split_params
@@ -86,7 +90,7 @@ class Preparation:
         with watch_compilation(self.observer.compile_start, self.compiling):
             warm_positions()
         blocks = self.cfg["training"]["shuffle"] == "blocks"  # recorded in a random order
-        streamed = data is None and not self.eager and not blocks
+        streamed = data is None and not self.eager
         if streamed and self.k is not None:  # warmed first: the load's time is the data's own
             self.warm(None)
         store = None
@@ -160,12 +164,15 @@ class Preparation:
                                (self.loss, self.cfg["loss"]["score_blend"]))
 
     @contextmanager
-    def recording(self, expected: int) -> Iterator[StoreRecorder]:
-        """A recorder of the store (`expected` positions, a hint), with the observer's record
-        events (`finish` it inside)."""
+    def recording(self, expected: int,
+                  order: np.ndarray | None = None) -> Iterator[StoreRecorder]:
+        """A recorder of the store (`expected` positions, a hint; given in file order and stored
+        in `order`, if given: `StoreRecorder`), with the observer's record events (`finish` it
+        inside)."""
         self.observer.record_start(expected)
         recorder = StoreRecorder(self.evaluation, self.k, self.n_threads, expected=expected,
-                                 progress=self.observer.record_progress, loss=self.loss)
+                                 progress=self.observer.record_progress, loss=self.loss,
+                                 order=order)
         try:
             yield recorder
         except FreezeError as e:
@@ -187,29 +194,36 @@ class Preparation:
 
     def stream(self) -> tuple[Data, Store]:
         """``[data] train`` streamed into the store (see the module docstring)."""
+        tr = self.cfg["training"]
+        blocks = tr["shuffle"] == "blocks"
         with DataStream(self.cfg, self.evaluation.trace, self.log) as files:
             digest = DataDigest() if self.stores is not None else None
-            store = None
-            if self.k is not None and digest is None:  # record while reading
+            store = order = None
+            if self.k is not None and digest is None and not blocks:  # record while reading
                 t0 = time.perf_counter()
                 with self.recording(files.n_rows) as recorder:
                     files.first_pass(self.record_into(recorder))
                     store = self.finish(recorder, t0)
             else:
-                files.first_pass(digest.update if digest is not None else None)
+                split = files.first_pass(digest.update if digest is not None else None)
             if store is None:
                 if self.k is None:
                     self.warm(files.sample)
+                if blocks:
+                    order = record_order(split.train, split.val, tr["shuffle_seed"])
+                n_stored = files.n_positions if order is None else len(order)
                 if digest is not None:
-                    store = self.stores.load(self.store_key(digest), files.n_positions)
+                    if order is not None:
+                        digest.order(order)
+                    store = self.stores.load(self.store_key(digest), n_stored)
                 if store is None:
                     t0 = time.perf_counter()
-                    with self.recording(files.n_positions) as recorder:
+                    with self.recording(files.n_positions, order) as recorder:
                         files.second_pass(self.record_into(recorder))
                         store = self.finish(recorder, t0)
                     if digest is not None:
                         self.stores.keep(store, self.store_key(digest))
-            return files.data(), store
+            return files.data(order), store
 
     def replay_store(self, data: Data, targets: np.ndarray) -> Store:
         """Every position of in-memory `data` recorded and frozen for the player (or loaded

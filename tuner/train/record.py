@@ -23,7 +23,7 @@ from tuner.jit import JIT
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
 from tuner.tape.ops import F_SIGMOID_SQ_ERR, record_loss
-from tuner.tape.player import Store, StoreBuilder, extract
+from tuner.tape.player import FreezeError, Store, StoreBuilder, extract, reordered_store
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
@@ -85,6 +85,59 @@ def record_positions(evaluation, tape, scratch, batch: Labelled, rows, slots):
     return tape, scratch
 
 
+#: Contiguous parts a blocks run's recording order is cut into (`StoreRecorder` given an
+#: order): each part's store is built in file order and appended to the store in the order at
+#: the end, so the recording holds the store once and one part (1/64 of it) besides.
+RECORD_PARTS = 64
+#: The part of a position in no part of the order (dropped: neither trained on nor held out).
+NO_PART = np.iinfo(np.uint8).max
+#: Positions of a part appended to the store at a time (`tuner.tape.player.reordered_store`):
+#: each addition costs Python work that more positions share more thinly.
+REORDER_CHUNK = 1 << 16
+
+
+class _Parts:
+    """A recording order `order` (rows of the `n` positions given, in the store's order) cut into
+    contiguous parts of `size` positions: `of` (uint8[n]) is each position's part (NO_PART: in
+    none), `local(p)` where the rows of part p lie among its positions in the order given."""
+
+    def __init__(self, order: np.ndarray, n: int):
+        self.order = order
+        self.size = max(1, math.ceil(len(order) / RECORD_PARTS))
+        self.count = math.ceil(len(order) / self.size)
+        self.of = np.full(n, NO_PART, np.uint8)
+        for p in range(self.count):
+            self.of[order[p * self.size: (p + 1) * self.size]] = p
+
+    def split(self, first: int, n: int) -> list[tuple[int, np.ndarray]]:
+        """``(part, indices)`` of every part with positions among the `n` given from position
+        `first` on: which of them (in the order given) are in it."""
+        parts = self.of[first: first + n]
+        by_part = np.argsort(parts, kind="stable")
+        bounds = np.searchsorted(parts[by_part], np.arange(self.count + 1))
+        return [(p, by_part[lo:hi]) for p, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
+                if hi > lo]
+
+    def local(self, p: int) -> np.ndarray:
+        """The positions of part p in the store's order, as indices among the part's positions
+        in the order given (the rows of its store)."""
+        rows = self.order[p * self.size: (p + 1) * self.size]
+        local = np.empty(len(rows), np.int64)
+        local[np.argsort(rows)] = np.arange(len(rows))
+        return local
+
+
+class _Job(NamedTuple):
+    """A micro-batch to record: rows ``lo:hi`` of `batch`, into builder `builder`, the first of
+    them its `base`-th position (what its errors are numbered from)."""
+
+    builder: int
+    batch: Labelled
+    lo: int
+    hi: int
+    base: int
+
+
 class StoreRecorder:
     """Records positions into a `Store` as they come, batch by batch: what a replay run does
     while it reads its data (`tuner.train.stream`), so that the positions are never all held.
@@ -100,43 +153,77 @@ class StoreRecorder:
     (or `finish`) waits for it and raises what it raised. `expected` positions (a hint) size the
     store's arrays. `progress(n)` is called (from the worker threads) after each micro-batch of
     n positions.
+
+    Given an `order` (a blocks run's `tuner.train.stream.record_order`: rows of the `expected`
+    positions that will be given, in the store's order), the store holds the positions in that
+    order, bitwise the store of them given in that order, and positions not in it are dropped.
+    The order is cut into `RECORD_PARTS` contiguous parts, each with its own builder (and
+    micro-batches) fed its positions in the order given; `finish` appends each part's store,
+    permuted into the order, to the store and frees it (`tuner.tape.player.reordered_store`).
+    A part's errors number its positions in the order given, from its first.
     """
 
     def __init__(self, evaluation, k: float, n_threads: int, micro: int = RECORD_MICRO,
-                 expected: int = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR):
+                 expected: int = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR,
+                 order: np.ndarray | None = None):
         reg = evaluation.registry
         self.evaluation, self.k, self.loss, self.micro = evaluation, k, loss, micro
         self.n_threads, self.progress = n_threads, progress
-        self.builder = StoreBuilder(reg.n_values, reg.n_params, expected)
+        self.parts = None if order is None else _Parts(order, expected)
+        self.expected = expected if order is None else len(order)
+        sizes = [expected] if order is None else [self.parts.size] * self.parts.count
+        self.builders = [StoreBuilder(reg.n_values, reg.n_params, size) for size in sizes]
         self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
         self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
         self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
         self.lock = threading.Lock()
-        self.done = 0                  # positions given to the workers
-        self.pending = (None, np.zeros(0))   # a partial micro-batch (positions of any kind)
+        self.given = 0                 # positions given
+        self.done = [0] * len(sizes)   # positions of each builder given to the workers
+        # each builder's partial micro-batch (positions of any kind)
+        self.pending = [(None, np.zeros(0)) for _ in sizes]
         self.running: list = []        # the workers' futures of the last batch
 
     def add(self, positions: np.ndarray, targets: np.ndarray) -> None:
         """Record `positions` (uint64[n, 9], or a trace's rows) with their targets
         (float64[n]), after the ones given before."""
         self.wait()
-        if len(self.pending[1]):
-            positions = concat_positions([self.pending[0], positions])
-            targets = np.concatenate([self.pending[1], targets])
-        whole = len(targets) // self.micro * self.micro
-        self.pending = (take_positions(positions, np.arange(whole, len(targets))), targets[whole:].copy())
-        self._record(positions, targets, whole)
+        if self.parts is None:
+            parts = [(0, positions, targets)]
+        else:
+            parts = [(p, take_positions(positions, rows), targets[rows])
+                     for p, rows in self.parts.split(self.given, len(targets))]
+        self.given += len(targets)
+        jobs = []
+        for b, positions, targets in parts:
+            before = self.pending[b]
+            if len(before[1]):
+                positions = concat_positions([before[0], positions])
+                targets = np.concatenate([before[1], targets])
+            whole = len(targets) // self.micro * self.micro
+            self.pending[b] = (take_positions(positions, np.arange(whole, len(targets))),
+                               targets[whole:].copy())
+            jobs += self._jobs(b, positions, targets, whole)
+        self._record(jobs)
 
     def finish(self) -> Store:
         """The store of every position added (the recorder is spent)."""
         try:
             self.wait()
-            if len(self.pending[1]):
-                self._record(*self.pending, len(self.pending[1]))
+            pending, self.pending = self.pending, []
+            self._record([job for b, (positions, targets) in enumerate(pending)
+                          for job in self._jobs(b, positions, targets, len(targets))])
+            del pending
             self.wait()
-            builder, self.builder = self.builder, None  # its arrays are the store's (or freed)
-            return builder.finish()
+            builders, self.builders = self.builders, None  # their arrays are the stores'
+            stores = [builder.finish() for builder in builders]
+            del builders
+            if self.parts is None:
+                return stores[0]
+            parts, self.parts = self.parts, None
+            parts.of = None  # (every position is in its part's store)
+            return reordered_store(stores, map(parts.local, range(parts.count)), self.expected,
+                                   REORDER_CHUNK)
         finally:
             self.close()
 
@@ -150,32 +237,41 @@ class StoreRecorder:
         if self.pool is not None:
             self.pool.shutdown()
 
-    def _record(self, positions, targets, n: int) -> None:
-        """Start recording the first `n` of `positions` into the store, micro-batch by
-        micro-batch (done before returning on one thread)."""
-        micro, base = self.micro, self.done
-        n_chunks = math.ceil(n / micro)
-        ready: dict[int, object] = {}
-        turn = [0]        # the next micro-batch to go into the store
-        rows = np.arange(n, dtype=np.int64)
+    def _jobs(self, b: int, positions, targets: np.ndarray, n: int) -> list[_Job]:
+        """The micro-batches of the first `n` of `positions` for builder `b`."""
         batch = Labelled(positions, targets, self.k, self.loss)
+        base, self.done[b] = self.done[b], self.done[b] + n
+        return [_Job(b, batch, lo, min(n, lo + self.micro), base + lo)
+                for lo in range(0, n, self.micro)]
+
+    def _record(self, jobs: list[_Job]) -> None:
+        """Start recording `jobs` into their builders, in order (done before returning on one
+        thread)."""
+        ready: dict[int, object] = {}
+        turn = [0]        # the next micro-batch to go into its builder
 
         def work(w):
-            for c in range(w, n_chunks, self.n_threads):
-                lo, hi = c * micro, min(n, (c + 1) * micro)
-                slots = self.slots[w][:, : hi - lo]
+            for c in range(w, len(jobs), self.n_threads):
+                job = jobs[c]
+                slots = self.slots[w][:, : job.hi - job.lo]
                 self.tapes[w], self.scratch[w] = record_positions(
-                    self.evaluation, self.tapes[w], self.scratch[w], batch, rows[lo:hi], slots)
-                part = extract(self.tapes[w].rec, slots, base=base + lo)
+                    self.evaluation, self.tapes[w], self.scratch[w], job.batch,
+                    np.arange(job.lo, job.hi), slots)
+                try:
+                    part = extract(self.tapes[w].rec, slots, base=job.base)
+                except FreezeError as e:
+                    if self.parts is None:
+                        raise
+                    raise FreezeError(f"{e} (positions numbered in part {job.builder} of the "
+                                      f"recording order)") from None
                 with self.lock:
                     ready[c] = part
                     while turn[0] in ready:
-                        self.builder.add(ready.pop(turn[0]))
+                        self.builders[jobs[turn[0]].builder].add(ready.pop(turn[0]))
                         turn[0] += 1
                 if self.progress is not None:
-                    self.progress(hi - lo)
+                    self.progress(job.hi - job.lo)
 
-        self.done += n
         if self.pool is not None:
             self.running = [self.pool.submit(work, w) for w in range(self.n_threads)]
         else:

@@ -10,24 +10,27 @@ batches (`tuner.data.loader.DatasetReader`: the same checks, bad-row reports and
 
 1. `DataStream.first_pass`: every batch is parsed and checked, its results (and game numbers,
    until the split) kept and handed to a sink (``sink(positions, results, score_cp)``): the
-   recorder of the store when K is known and no ``[training] store_cache`` is set (in file
-   order: the store is then bitwise the one `record_store` makes of the concatenated
-   positions), or the `DataDigest` a store cache's key is made of. Then the split by game,
-   exactly as `load_data` makes it.
+   recorder of the store when K is known, no ``[training] store_cache`` is set and the store
+   is in file order (the store is then bitwise the one `record_store` makes of the
+   concatenated positions), or the `DataDigest` a store cache's key is made of. Then the
+   split by game, exactly as `load_data` makes it.
 2. `DataStream.sample`: ``[loss] k = "fit"`` needs K before a position is recorded, and the fit
    sample is a set of training positions, known only after the split. The sample's rows are
    read again (only they are parsed).
-3. `DataStream.second_pass`: every batch again, into the recorder (K was fitted, or the cache
-   missed).
+3. `DataStream.second_pass`: every batch again, into the recorder (K was fitted, the cache
+   missed, or the store is in a blocks run's order).
 4. `DataStream.data`: the split, with the validation positions read again (only those rows
-   parsed).
+   parsed), in file rows or in a blocks run's store rows.
 
 ``[training] shuffle = "blocks"`` records the store once in a seeded random order
-(`in_record_order`: the training positions permuted by the shuffle seed, then the validation
+(`record_order`: the training positions permuted by the shuffle seed, then the validation
 positions), so that consecutive rows are a random sample and an epoch shuffles blocks of
 ``shuffle_block`` consecutive rows (`epoch_order`): a batch is then read as a few hundred
-contiguous runs of the store instead of scattered rows. Such a run holds its positions in memory
-while it records them (`load_data`), as an eager run does.
+contiguous runs of the store instead of scattered rows. The order needs the split, so such a
+run's first pass records nothing; its second pass gives the positions in file order to a
+recorder that puts them in that order (`tuner.train.record.StoreRecorder` with an order), and
+`DataStream.data` of the order is the split in store rows. Data in memory is reordered instead
+(`in_record_order`).
 
 A second pass over a file checks that it still has the same valid rows (DatasetError if not).
 
@@ -171,6 +174,7 @@ class DataDigest:
 
     def __init__(self):
         self.parts: list | None = None  # one digest per array (a trace's positions are 5)
+        self.rows: bytes = b""          # the digest of a recording order (`order`)
 
     def update(self, positions, results: np.ndarray, score_cp: np.ndarray | None) -> None:
         arrays = position_arrays(positions) + (results, score_cp)
@@ -180,8 +184,15 @@ class DataDigest:
             if arr is not None:
                 h.update(np.ascontiguousarray(arr).data)
 
+    def order(self, rows: np.ndarray) -> None:
+        """The positions are recorded in the order `rows` (a blocks run's `record_order`, which
+        the store depends on too)."""
+        h = hashlib.blake2b(rows.dtype.str.encode(), digest_size=16)
+        h.update(np.ascontiguousarray(rows).data)
+        self.rows = h.digest()
+
     def digest(self) -> bytes:
-        return b"".join(h.digest() for h in self.parts or ())
+        return b"".join(h.digest() for h in self.parts or ()) + self.rows
 
 
 class _Labels:
@@ -290,13 +301,18 @@ class DataStream:
         rows = self.split.train[fit_sample(len(self.split.train))]
         return self.positions(rows), self.results(rows)
 
-    def data(self) -> Data:
+    def data(self, order: np.ndarray | None = None) -> Data:
         """The split data: no positions and no results but the validation positions' (after
-        the passes: the results' bytes are freed)."""
+        the passes: the results' bytes are freed). With a blocks run's `order` (`record_order`
+        of the split), the split is in the store's rows: the training rows first, then the
+        validation rows (as `in_record_order` makes it)."""
         split = self.split
-        data = Data(None, None, split.train, split.val, [r.source for r in self.readers], None,
+        train, val, n = split.train, split.val, self.n_positions
+        if order is not None:
+            (train, val), n = _store_rows(len(train), len(val), order.dtype), len(order)
+        data = Data(None, None, train, val, [r.source for r in self.readers], None,
                     split.train_games, split.val_games, self.positions(split.val),
-                    self.results(split.val), self.n_positions)
+                    self.results(split.val), n)
         self.halves = None
         return data
 
@@ -307,14 +323,19 @@ def record_order(train: np.ndarray, val: np.ndarray, shuffle_seed: int) -> np.nd
     return np.concatenate([train[np.random.default_rng(seq).permutation(len(train))], val])
 
 
+def _store_rows(n_train: int, n_val: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The training and validation rows of a store in a blocks run's order (`record_order`:
+    ``0..n_train - 1``, then the next `n_val`), of the order's `dtype`."""
+    return np.arange(n_train, dtype=dtype), np.arange(n_train, n_train + n_val, dtype=dtype)
+
+
 def in_record_order(data: Data, shuffle_seed: int) -> Data:
     """`data` (in memory) reordered as a blocks run records its store: the training positions in
     a random order drawn from `shuffle_seed` (rows ``0..len(train) - 1``), then the validation
     positions in their order (the rows after); positions in neither are dropped."""
     rows = record_order(data.train, data.val, shuffle_seed)
-    n_train = len(data.train)
     return Data(take_positions(data.positions, rows), data.results[rows],
-                np.arange(n_train), np.arange(n_train, len(rows)), data.sources,
+                *_store_rows(len(data.train), len(data.val), rows.dtype), data.sources,
                 None if data.score_cp is None else data.score_cp[rows], data.train_games,
                 data.val_games)
 
