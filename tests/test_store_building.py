@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.tape import new_tape, ops
-from tuner.tape.player import StoreBuilder, extract, freeze
+from tuner.tape.player import StoreBuilder, extract, freeze, reordered_store
 
 #: Pair parameters of the test tapes: slots up to 0x10000 (one past what a u16 holds).
 N_PAIRS = 0x10001
@@ -138,3 +138,38 @@ POSITION = st.tuples(st.integers(0, 1), SCALARS, SCALARS,
 def test_any_chunks_build_the_store_of_the_whole(positions, cuts, hint):
     assert_same_store(built(positions, [c for c in cuts if c < len(positions)], hint),
                       whole(positions))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(POSITION, min_size=1, max_size=12), st.randoms(use_true_random=False),
+       st.integers(1, 4), st.integers(1, 5))
+def test_stores_of_parts_reordered_are_the_store_of_the_positions_in_that_order(
+        positions, rnd, n_parts, chunk):
+    """`reordered_store` of parts (each built in its own order, chunk by chunk), taken in any
+    order, `chunk` positions at a time: the store of the positions in that order, whatever the
+    parts' own templates, scalar columns and operand packing."""
+    order = list(range(len(positions)))
+    rnd.shuffle(order)
+    size = -(-len(order) // n_parts)
+    parts = [order[lo: lo + size] for lo in range(0, len(order), size)]
+    stores = [built([positions[i] for i in sorted(part)], [2, 5]) for part in parts]
+    local = [np.argsort(np.argsort(part)) for part in parts]   # each row's place in its store
+    store = reordered_store(stores, iter(local), len(order), chunk)
+    assert stores == [None] * len(parts)   # each part freed once its positions are in
+    assert_same_store(store, whole([positions[i] for i in order]))
+
+
+@pytest.mark.parametrize("late", [[(0x10000, 1.0)], [(1, 0.5)], [(0x3FF, 32.0)],
+                                  [(1, 40000.0)], [(2, 300.0)]])
+def test_a_packed_part_joins_a_part_that_is_not_in_the_dtypes_of_the_whole(late):
+    """A part whose operands are packed (i8 coefficients) and one that cannot be (a slot beyond
+    u16, a fraction, too many bits, beyond i16) or needs wider coefficients (i16): the store's
+    coefficients are in the dtype the whole gives them (i8 unless a part needs more)."""
+    positions = [(0, 1.0, 0.5, [(3, 1.0), (2, -3.0)]), (0, 1.0, 0.5, [(4, 31.0)]),
+                 (0, 1.0, 0.5, late), (0, 1.0, 0.5, [(1, 2.0)])]
+    for order in ([0, 1, 2, 3], [2, 3, 0, 1], [1, 2, 0, 3]):
+        parts = [order[:2], order[2:]]
+        stores = [built([positions[i] for i in sorted(part)], []) for part in parts]
+        local = [np.argsort(np.argsort(part)) for part in parts]
+        store = reordered_store(stores, iter(local), 4, 3)
+        assert_same_store(store, whole([positions[i] for i in order]))
