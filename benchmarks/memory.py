@@ -13,6 +13,7 @@ time over it (so that a loaded machine's figures can be told from the run's own)
 
     .venv/bin/python benchmarks/memory.py [--positions N] [--validation-fraction F]
                                           [--evaluation clockwork] [--mode replay]
+                                          [--shuffle positions|blocks] [--block 1024]
 """
 import argparse
 import os
@@ -150,13 +151,15 @@ class Phases(Observer):
         self.mark("epoch end")
 
 
-def child(path: str, n: int, evaluation: str, mode: str, fraction: float) -> None:
+def child(path: str, n: int, evaluation: str, mode: str, fraction: float, shuffle: str,
+          block: int) -> None:
     cfg = validate({"data": {"train": [path], "validation_fraction": fraction},
                     "loss": {"k": 1 / 400},
                     "evaluation": {"name": evaluation, "init": "zero"},
                     "optimizer": {"lr": 10.0},
                     "training": {"epochs": 1, "batch_size": 262_144, "micro_batch_size": 1024,
-                                 "threads": 2, "mode": mode}}, "memory")
+                                 "threads": 2, "mode": mode, "shuffle": shuffle,
+                                 "shuffle_block": block}}, "memory")
     phases = Phases(n)
     timed = timed_phases()
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,11 +180,14 @@ def main():
     ap.add_argument("--evaluation", default="clockwork")
     ap.add_argument("--mode", default="replay", choices=["replay", "eager"])
     ap.add_argument("--validation-fraction", type=float, default=0.0)
+    ap.add_argument("--shuffle", default="positions", choices=["positions", "blocks"])
+    ap.add_argument("--block", type=int, default=1024, help="[training] shuffle_block")
     ap.add_argument("--parquet", help="use (or create) this file instead of a temporary one")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.parquet, a.positions, a.evaluation, a.mode, a.validation_fraction)
+        child(a.parquet, a.positions, a.evaluation, a.mode, a.validation_fraction, a.shuffle,
+              a.block)
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(a.parquet or Path(tmp) / "tiled.parquet")
@@ -189,7 +195,8 @@ def main():
             write_tiled_parquet(path, a.positions)
         subprocess.run([sys.executable, __file__, "--child", "--parquet", str(path),
                         "--positions", str(a.positions), "--evaluation", a.evaluation,
-                        "--mode", a.mode, "--validation-fraction", str(a.validation_fraction)],
+                        "--mode", a.mode, "--validation-fraction", str(a.validation_fraction),
+                        "--shuffle", a.shuffle, "--block", str(a.block)],
                        check=True)
 
 
