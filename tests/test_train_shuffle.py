@@ -65,13 +65,18 @@ def _runs(rows: np.ndarray) -> int:
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_new_modes_are_bitwise_the_same_for_any_thread_count_eager_or_replay(tmp_path, tiny_data,
                                                                            mode):
+    """Eager or replay, 1 or 2 threads, the data loaded or streamed (a replay run given no data
+    reads `tiny` itself: a blocks run records it in a second pass, in parts of the order)."""
     ref_run, ref_hist = _train(tmp_path, _raw(mode, "eager"), 1, tiny_data)
     assert ref_hist["train_loss"][-1] < ref_hist["train_loss"][0]      # it does learn
-    for train, threads in (("eager", 2), ("replay", 1), ("replay", 2)):
-        run, hist = _train(tmp_path, _raw(mode, train), threads, tiny_data)
-        assert run.params.tobytes() == ref_run.params.tobytes(), (train, threads)
-        assert run.state.m.tobytes() == ref_run.state.m.tobytes(), (train, threads)
-        assert hist == ref_hist, (train, threads)
+    for train, threads, data in (("eager", 2, tiny_data), ("replay", 1, tiny_data),
+                                 ("replay", 2, tiny_data), ("replay", 1, None),
+                                 ("replay", 2, None)):
+        case = (train, threads, "streamed" if data is None else "loaded")
+        run, hist = _train(tmp_path, _raw(mode, train), threads, data)
+        assert run.params.tobytes() == ref_run.params.tobytes(), case
+        assert run.state.m.tobytes() == ref_run.state.m.tobytes(), case
+        assert hist == ref_hist, case
 
 
 def test_blocks_differ_from_positions(tmp_path, tiny_data):
