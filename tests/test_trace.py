@@ -55,12 +55,16 @@ def _train(tmp_path, name: str, evaluation: str, data: str, k="fit", **training)
     return run
 
 
-def test_trace_of_clockwork_trains_to_the_same_bits(trace, tmp_path, monkeypatch):
-    native = _train(tmp_path, "native", "clockwork", "tiny")
+@pytest.mark.parametrize("shuffle", ["positions", "blocks"])
+def test_trace_of_clockwork_trains_to_the_same_bits(trace, tmp_path, monkeypatch, shuffle):
+    """Under either shuffle: a blocks run streams the trace rows into its store's order as it
+    streams `clockwork`'s positions."""
+    native = _train(tmp_path, "native", "clockwork", "tiny", shuffle=shuffle, shuffle_block=64)
     # the trace read in batches of 250 rows: micro-batches of 100 straddle them
     monkeypatch.setattr(stream, "DatasetReader", functools.partial(DatasetReader,
                                                                    batch_rows=250))
-    traced = _train(tmp_path, "traced", str(trace.with_suffix(".json")), str(trace))
+    traced = _train(tmp_path, "traced", str(trace.with_suffix(".json")), str(trace),
+                    shuffle=shuffle, shuffle_block=64)
     assert traced.evaluation.trace is not None
     assert traced.k == native.k  # fitted to the same evaluations
     assert np.any(native.theta != native.registry.defaults.reshape(-1))  # it trained

@@ -17,7 +17,8 @@ from tuner.tape.ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_S
 from tuner.tape.recording import C_RECORDS
 from tuner.train.config import validate
 from tuner.train.loop import Run, TrainingError
-from tuner.train.record import record_store
+from tuner.tape.player import store_digest
+from tuner.train.record import StoreRecorder, record_store
 from tuner.train.workers import EagerSource, ReplaySource, Workers
 
 from test_tape_player import operands
@@ -69,6 +70,23 @@ def test_store_is_the_same_for_any_thread_count_and_micro_batch(tiny, name):
     b = record_store(ev, tiny.positions, tiny.results, K, n_threads=3, micro=77)
     for field, x, y in zip(a._fields, a, b):
         assert x.dtype == y.dtype and np.array_equal(x, y), field
+
+
+@pytest.mark.parametrize("name", ["clockwork", nonlinear_eval.NAME])
+def test_a_store_recorded_into_an_order_is_the_store_of_the_positions_in_it(tiny, name):
+    """`StoreRecorder` given an order (a blocks run's: the positions given in file order, some
+    in no part of it): bitwise the store of the ordered positions recorded in that order, for
+    any thread count, micro-batch and batches given, across its 64 parts."""
+    ev = get_evaluation(name)
+    n = len(tiny.results)
+    order = np.random.default_rng(3).permutation(n)[: n - 150]  # 150 positions dropped
+    want = record_store(ev, tiny.positions[order], tiny.results[order], K, n_threads=1)
+    for threads, micro, batch in ((1, 1024, n), (2, 77, 500), (3, 5, 1234)):
+        recorder = StoreRecorder(ev, K, threads, micro, n, order=order)
+        for lo in range(0, n, batch):
+            recorder.add(tiny.positions[lo: lo + batch], tiny.results[lo: lo + batch])
+        got = recorder.finish()
+        assert store_digest(got) == store_digest(want), (threads, micro, batch)
 
 
 def perturbed(ev, seed):
