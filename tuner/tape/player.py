@@ -39,6 +39,7 @@ both run the same records through the same form functions (`tuner.tape.ops.FORM_
 from __future__ import annotations
 
 import ctypes
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -1333,17 +1334,28 @@ def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: in
     bitwise the store a `StoreBuilder` makes of their recordings in that order, each part freed
     (its entry of `parts` set to None) once its positions are in; so it costs the store's own
     memory, and one part's, at most. Positions go into the builder `chunk` at a time
-    (`store_chunk`); `expected` positions (a hint) size its arrays."""
+    (`store_chunk`), each chunk made on a second thread while the builder adds the one before
+    (the two are about even: the compiled loops run at once); `expected` positions (a hint)
+    size its arrays."""
     if not parts:
         raise ValueError("no stores to reorder")
     params = parts[0].params
     builder = StoreBuilder(int(params[0]), int(params[1]), expected)
-    for i, part_rows in enumerate(rows):
-        part, parts[i] = parts[i], None
-        for lo in range(0, len(part_rows), chunk):
-            builder.add(store_chunk(part, part_rows[lo: lo + chunk]))
-        del part
-        _return_freed_memory()
+
+    def chunks():
+        for i, part_rows in enumerate(rows):
+            part, parts[i] = parts[i], None
+            for lo in range(0, len(part_rows), chunk):
+                yield store_chunk(part, part_rows[lo: lo + chunk])
+            del part
+            _return_freed_memory()
+
+    made = chunks()
+    with ThreadPoolExecutor(1) as pool:  # (one call of `next` at a time: the next is made
+        ahead = pool.submit(next, made, None)  # after the last one's result)
+        while (ch := ahead.result()) is not None:
+            ahead = pool.submit(next, made, None)
+            builder.add(ch)
     return builder.finish()
 
 
