@@ -204,3 +204,18 @@ def test_a_replay_run_does_not_keep_the_positions(tmp_path, monkeypatch, mode):
         assert per_position < 50, per_position
     else:
         assert per_position > 72, per_position
+
+
+def test_a_blocks_store_is_cached_under_its_order(tmp_path, monkeypatch):
+    """A streamed blocks run's cached store is keyed by its order too: another shuffle seed
+    records (and keeps) its own store, the same seed loads the one kept, bitwise."""
+    cache = tmp_path / "cache"
+    digests = []
+    for seed in (1, 2, 1):
+        raw = _raw([SAMPLES / "tiny.parquet"])
+        raw["training"].update(shuffle="blocks", shuffle_block=64, shuffle_seed=seed, epochs=1,
+                               store_cache=str(cache))
+        _, store, _ = _run(tmp_path, f"seed{seed}-{len(digests)}", raw, monkeypatch, False)
+        digests.append(store_digest(store))
+        assert len(list(cache.glob("store-*.npz"))) == min(len(digests), 2)
+    assert digests[0] == digests[2] != digests[1]
