@@ -4,7 +4,7 @@ Records the replay store of the shipped sample tiled to --positions (default 2 M
 evaluation, then times, on each thread count asked for (median of --repeat after a warm-up
 call, wall and the process's CPU time): a whole epoch's `Workers.loss_grad` over every position
 in store order (the full batch) and over the shuffled batches of --batch (--shuffle: every
-position anew, the default mode, or blocks of --block consecutive rows, as `epoch_order` draws
+position anew, the default here, or blocks of --block consecutive rows, as `epoch_order` draws
 them), and their parts: drawing the epoch's order (`epoch_order`), putting a batch in store
 order (`store_order`'s bitmap sort), cutting it into chunks, computing the chunks (the player,
 with the per-chunk zeroing and copying of the gradients), reducing the chunk gradients, and the

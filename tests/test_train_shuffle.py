@@ -185,8 +185,11 @@ def test_bad_values_name_the_key_and_value(key, value, message):
 def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
     """A run started before the shuffle keys (and ``segment``) existed resumes: under the
     position shuffle they are not in the digest (nor ``segment`` at its default); under blocks
-    both shuffle keys are."""
-    base = {"data": {"train": ["tiny"]}}
+    both shuffle keys are. Such a run trained under the position shuffle, the default then: it
+    must say so now that the default is blocks (without it, its digest differs and the resume is
+    refused, naming the shuffle)."""
+    positions = {"shuffle": "positions"}
+    base = {"data": {"train": ["tiny"]}, "training": positions}
     plain = validate(base, "run.toml")
     older = json.loads(json.dumps(plain.values))
     for key in ("shuffle", "shuffle_block", "segment"):
@@ -196,8 +199,9 @@ def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
     del older["cluster"]  # nor the [cluster] section (all of its keys may change on resume)
     want = hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()[:16]
     assert plain.digest() == want
-    assert validate({**base, "training": {"shuffle_block": 7}}, "x").digest() == want
+    assert validate({**base, "training": {**positions, "shuffle_block": 7}}, "x").digest() == want
     blocks = validate({**base, "training": {"shuffle": "blocks"}}, "x").digest()
     assert blocks != want
+    assert validate({"data": base["data"]}, "x").digest() == blocks  # the default
     assert validate({**base, "training": {"shuffle": "blocks", "shuffle_block": 7}},
                     "x").digest() != blocks
