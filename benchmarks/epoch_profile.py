@@ -3,15 +3,17 @@
 Records the replay store of the shipped sample tiled to --positions (default 2 M) for one
 evaluation, then times, on each thread count asked for (median of --repeat after a warm-up
 call, wall and the process's CPU time): a whole epoch's `Workers.loss_grad` over every position
-in store order (the full batch) and over the shuffled batches of --batch (the default mode), and
-their parts: putting
-a batch in store order (`store_order`'s bitmap sort), cutting it into chunks, computing the
-chunks (the player, with the per-chunk zeroing and copying of the gradients), reducing the chunk
-gradients, and the optimiser's step; plus the player in cache (the first --cache-positions
-positions played over and over) for what the kernel alone costs per position.
+in store order (the full batch) and over the shuffled batches of --batch (--shuffle: every
+position anew, the default here, or blocks of --block consecutive rows, as `epoch_order` draws
+them), and their parts: drawing the epoch's order (`epoch_order`), putting a batch in store
+order (`store_order`'s bitmap sort), cutting it into chunks, computing the chunks (the player,
+with the per-chunk zeroing and copying of the gradients), reducing the chunk gradients, and the
+optimiser's step; plus the player in cache (the first --cache-positions positions played over
+and over) for what the kernel alone costs per position.
 
     .venv/bin/python benchmarks/epoch_profile.py [--positions N] [--evaluation NAME]
-        [--threads 1 2] [--repeat R] [--batch B] [--cache-positions C]
+        [--threads 1 2] [--repeat R] [--batch B] [--shuffle positions|blocks] [--block N]
+        [--cache-positions C]
 """
 import argparse
 
@@ -23,17 +25,29 @@ from scaling import K, MICRO, load
 from tuner.evals import get_evaluation
 from tuner.tape.player import store_len, store_nbytes
 from tuner.train.bench import tiled_data
+from tuner.train.config import DEFAULT_SHUFFLE_BLOCK, SHUFFLES
 from tuner.train.kernels import AdamW, Batch, adamw_step, cut_chunks
 from tuner.train.record import record_store
+from tuner.train.stream import epoch_order
 from tuner.train.workers import ReplaySource, Workers, split_params
 
 DEFAULT_POSITIONS = 2_000_000
 DEFAULT_BATCH = 262_144
 
 
-def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat: int) -> dict:
+def shuffled_batches(n: int, training: dict) -> list[np.ndarray]:
+    """An epoch's batches of rows 0..n-1 under the ``[training]`` settings `training` (the
+    shuffle seed 0's first epoch)."""
+    order = epoch_order(np.arange(n), np.random.default_rng(0), training)
+    bs = training["batch_size"]
+    return [order[b: b + bs] for b in range(0, n, bs)]
+
+
+def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat: int,
+          order) -> dict:
     """{part: (wall, CPU) seconds over every batch of `batches`} of `Workers.loss_grad`'s steps,
-    each timed alone as `loss_grad` runs it."""
+    each timed alone as `loss_grad` runs it, and of `order()`, which draws the epoch's
+    batches."""
     n_theta = len(theta)
     sorted_batches = [workers._in_store_order(b, workers.source.n_rows).copy() for b in batches]
     cuts = []
@@ -73,7 +87,8 @@ def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat
             workers.loss_grad(theta, b)
 
     return {name: timeit(fn, repeat) for name, fn in
-            [("loss_grad (all of it)", whole), ("store order (bitmap sort)", sort),
+            [("epoch order", order), ("loss_grad (all of it)", whole),
+             ("store order (bitmap sort)", sort),
              ("cut_chunks", cut), ("compute chunks (player)", compute),
              ("reduce_chunks", reduce), ("optimiser step", step)]}
 
@@ -85,6 +100,9 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    ap.add_argument("--shuffle", default=SHUFFLES[0], choices=SHUFFLES)
+    ap.add_argument("--block", type=int, default=DEFAULT_SHUFFLE_BLOCK,
+                    help="positions per block of --shuffle blocks")
     ap.add_argument("--cache-positions", type=int, default=2048)
     a = ap.parse_args()
     print(f"load average at the start: {load()}")
@@ -96,16 +114,19 @@ def main():
     theta = np.full(2 * reg.n_params + reg.n_values, 1.0)
     print(f"{a.evaluation}: {n:,} positions, store {store_nbytes(store) / n:.0f} bytes/position, "
           f"{len(theta)} parameters, micro-batches of {MICRO}")
-    order = np.random.default_rng(0).permutation(n)
-    shuffled = [order[b: b + a.batch] for b in range(0, n, a.batch)]
+    training = {"batch_size": a.batch, "shuffle": a.shuffle, "shuffle_block": a.block}
+    shuffled = shuffled_batches(n, training)
+    how = "" if a.shuffle == SHUFFLES[0] else f", blocks of {a.block:,}"
     source = ReplaySource(store)
     cache_rows = np.arange(min(n, a.cache_positions))
     for t in a.threads:
-        for label, batches in [("full batch", [np.arange(n)]),
-                               (f"shuffled batches of {a.batch:,}", shuffled)]:
+        for label, batches, draw in [
+                ("full batch", [np.arange(n)], lambda: None),
+                (f"shuffled batches of {a.batch:,}{how}", shuffled,
+                 lambda: shuffled_batches(n, training))]:
             w = Workers(source, t, MICRO, max(len(b) for b in batches))
             w.loss_grad(theta, batches[0][:MICRO])  # compiled (or loaded) untimed
-            got = parts(w, theta, batches, a.repeat)
+            got = parts(w, theta, batches, a.repeat, draw)
             print(f"\n{t} thread(s), {label} ({len(batches)} step(s)); load {load()}")
             for name, (wall, cpu) in got.items():
                 print(f"  {name:28s} wall {wall:.4f} s  CPU {cpu:.4f} s  "

@@ -1,5 +1,6 @@
 """Does ``[training] shuffle = "blocks"`` converge as the position shuffle does? On the shipped
-sample, for each job and shuffle, 3 shuffle seeds: the final training loss, the best validation
+sample, for each job and shuffle (the position shuffle, and the block shuffle at each block size
+given), 3 shuffle seeds: the final training loss, the best validation
 loss (held-out whole games) and the held-out check of the best parameters (the change of the
 integer evaluation's mean squared error against the starting parameters), then each shuffle's
 mean and spread (min..max over the seeds) and whether the blocks' mean lies within the position
@@ -11,8 +12,10 @@ of its games held out, and the first fold of the default job (`tuner train --con
 
     nice .venv/bin/python benchmarks/shuffle_convergence.py [--seeds 0 1 2] [--threads 1]
                                                             [--jobs seed default]
+                                                            [--block 64 256]
 """
 import argparse
+import itertools
 import re
 import statistics
 import tempfile
@@ -29,15 +32,18 @@ JOBS = {
     "default": ("default", {"validation": {"folds": 5, "fold": 1, "pulls": []},
                             "training": {"epochs": 12}}),
 }
-SHUFFLES = ("positions", "blocks")
+#: Default ``--block``: the block sizes compared with the position shuffle.
+BLOCKS = (64, 256)
 HELD_OUT = re.compile(r"on held-out games .*\(([-+][0-9.]+)%\)")
 
 
-def one(job: str, shuffle: str, seed: int, threads: int) -> dict:
-    """One run: its final training loss, best validation loss and held-out change (%)."""
+def one(job: str, block: int | None, seed: int, threads: int) -> dict:
+    """One run: its final training loss, best validation loss and held-out change (%), under
+    the position shuffle (`block` None) or the block shuffle of `block` positions per block."""
     name, changes = JOBS[job]
-    changes = {**changes, "training": {**changes["training"], "shuffle": shuffle,
-                                       "shuffle_seed": seed}}
+    shuffle = ({"shuffle": "positions"} if block is None
+               else {"shuffle": "blocks", "shuffle_block": block})
+    changes = {**changes, "training": {**changes["training"], **shuffle, "shuffle_seed": seed}}
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         run = start_run(str(find_config(name)), str(Path(tmp) / "run"), None, None, threads,
@@ -57,14 +63,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    ap.add_argument("--block", type=int, nargs="+", default=list(BLOCKS),
+                    help="block sizes of the block shuffle to compare with the position shuffle")
     args = ap.parse_args()
+    shuffles = {"positions": None, **{f"blocks {b}": b for b in args.block}}
     print("| job | shuffle | seed | train loss | val loss (best) | held-out change % |")
     print("| --- | --- | --- | --- | --- | --- |")
     verdicts = []
     for job in args.jobs:
         by = {}
-        for shuffle in SHUFFLES:
-            rows = [one(job, shuffle, seed, args.threads) for seed in args.seeds]
+        for shuffle, block in shuffles.items():
+            rows = [one(job, block, seed, args.threads) for seed in args.seeds]
             by[shuffle] = rows
             for seed, r in zip(args.seeds, rows):
                 print(f"| {job} | {shuffle} | {seed} | {r['train']:.6f} | {r['val']:.6f} | "
@@ -74,10 +83,10 @@ def main() -> None:
                   f"{statistics.fmean(r['held'] for r in rows):+.2f} "
                   f"({min(r['held'] for r in rows):+.2f}..{max(r['held'] for r in rows):+.2f}) |",
                   flush=True)
-        for key in ("train", "val", "held"):
+        for shuffle, key in itertools.product(list(shuffles)[1:], ("train", "val", "held")):
             ref = [r[key] for r in by["positions"]]
-            mean = statistics.fmean(r[key] for r in by["blocks"])
-            verdicts.append(f"{job} {key}: blocks mean {mean:.6g} "
+            mean = statistics.fmean(r[key] for r in by[shuffle])
+            verdicts.append(f"{job} {key}: {shuffle} mean {mean:.6g} "
                             f"{'within' if min(ref) <= mean <= max(ref) else 'OUTSIDE'} the "
                             f"position shuffle's spread {min(ref):.6g}..{max(ref):.6g}")
     print()

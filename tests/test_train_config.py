@@ -408,10 +408,10 @@ ADDED_LATER = ("segment", "shuffle", "shuffle_block")
 
 
 @pytest.mark.parametrize("training, left_out", [
-    ({}, ADDED_LATER),
-    ({"segment": 1 << 18, "shuffle_block": 7}, ADDED_LATER),  # segment's default; no blocks
-    ({"shuffle": "blocks"}, ("segment",)),
-    ({"segment": 500}, ("shuffle", "shuffle_block")),
+    ({"shuffle": "positions"}, ADDED_LATER),
+    ({"shuffle": "positions", "segment": 1 << 18, "shuffle_block": 7}, ADDED_LATER),  # no blocks
+    ({}, ("segment",)),  # the default shuffle is blocks: its keys count
+    ({"shuffle": "positions", "segment": 500}, ("shuffle", "shuffle_block")),
     ({"segment": 500, "shuffle": "blocks", "shuffle_block": 7}, ())])
 def test_the_digest_leaves_out_the_keys_added_later_only_where_they_change_nothing(training,
                                                                                     left_out):

@@ -129,14 +129,30 @@ def test_record_order_is_a_seeded_permutation_of_the_training_positions(tiny_dat
     assert in_record_order(tiny_data, 5).positions.tobytes() == a.positions.tobytes()
 
 
-def test_epoch_order_of_blocks():
-    train = np.arange(10, 1010)
-    training = {"batch_size": 100, "shuffle": "blocks", "shuffle_block": 64}
+def _blocks_then_sorted(train, seed, batch, size):
+    """The reference of a blocks epoch's order: the shuffled blocks one after the other (what
+    `epoch_order` returned before it sorted the batches), then each batch's positions in their
+    order in `train` (what `Workers.loss_grad`'s sort made of them)."""
+    starts = np.random.default_rng(seed).permutation(-(-len(train) // size)) * size
+    at = np.concatenate([np.arange(lo, min(lo + size, len(train))) for lo in starts])
+    return np.concatenate([train[np.sort(at[b: b + batch])] for b in range(0, len(at), batch)])
+
+
+@pytest.mark.parametrize("n, batch, size", [(1000, 100, 64), (1000, 128, 64), (1000, 5000, 64),
+                                            (1000, 100, 3000), (1000, 1, 7), (1, 4, 4),
+                                            (999, 250, 1)])
+@pytest.mark.parametrize("increasing", [True, False])
+def test_epoch_order_of_blocks(n, batch, size, increasing):
+    train = np.arange(10, 10 + n)
+    if not increasing:  # the batches then follow `train`'s order, not the rows'
+        train = np.random.default_rng(1).permutation(train)
+    training = {"batch_size": batch, "shuffle": "blocks", "shuffle_block": size}
     order = epoch_order(train, np.random.default_rng(0), training)
-    assert np.array_equal(np.sort(order), train)
-    cuts = np.flatnonzero(np.diff(order) != 1) + 1
-    lengths = np.diff(np.concatenate([[0], cuts, [len(order)]]))
-    assert sorted(lengths)[1:] == [64] * 15 and sorted(lengths)[0] == 1000 - 15 * 64
+    assert order.dtype == train.dtype
+    assert np.array_equal(order, _blocks_then_sorted(train, 0, batch, size))
+    if increasing:  # in store order: `Workers.loss_grad` has nothing to sort
+        for b in range(0, n, batch):
+            assert np.all(np.diff(order[b: b + batch]) > 0)
     assert np.array_equal(epoch_order(train, None, {**training, "batch_size": "all"}), train)
 
 
@@ -174,8 +190,11 @@ def test_bad_values_name_the_key_and_value(key, value, message):
 def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
     """A run started before the shuffle keys (and ``segment``) existed resumes: under the
     position shuffle they are not in the digest (nor ``segment`` at its default); under blocks
-    both shuffle keys are."""
-    base = {"data": {"train": ["tiny"]}}
+    both shuffle keys are. Such a run trained under the position shuffle, the default then: it
+    must say so now that the default is blocks (without it, its digest differs and the resume is
+    refused, naming the shuffle)."""
+    positions = {"shuffle": "positions"}
+    base = {"data": {"train": ["tiny"]}, "training": positions}
     plain = validate(base, "run.toml")
     older = json.loads(json.dumps(plain.values))
     for key in ("shuffle", "shuffle_block", "segment"):
@@ -185,8 +204,9 @@ def test_the_position_shuffle_keeps_the_digest_runs_resume_with():
     del older["cluster"]  # nor the [cluster] section (all of its keys may change on resume)
     want = hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()[:16]
     assert plain.digest() == want
-    assert validate({**base, "training": {"shuffle_block": 7}}, "x").digest() == want
+    assert validate({**base, "training": {**positions, "shuffle_block": 7}}, "x").digest() == want
     blocks = validate({**base, "training": {"shuffle": "blocks"}}, "x").digest()
     assert blocks != want
+    assert validate({"data": base["data"]}, "x").digest() == blocks  # the default
     assert validate({**base, "training": {"shuffle": "blocks", "shuffle_block": 7}},
                     "x").digest() != blocks

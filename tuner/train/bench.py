@@ -27,7 +27,8 @@ BENCH_CONFIG = {
     "loss": {"k": 1 / 400},
     "optimizer": {"name": "adamw", "lr": 10.0},
     "schedule": {"type": "constant"},
-    "training": {"batch_size": 16_384, "micro_batch_size": 1024, "shuffle_seed": 0},
+    "training": {"batch_size": 16_384, "micro_batch_size": 1024, "shuffle_seed": 0,
+                 "shuffle": "positions"},  # the mode the signature was taken in (not the default)
 }
 
 

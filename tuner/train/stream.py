@@ -47,6 +47,9 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
+
+from tuner.jit import JIT
 
 from tuner.data import load_dataset
 from tuner.data.loader import DatasetReader
@@ -345,7 +348,11 @@ def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> 
     `training`, drawn from the run's shuffle `rng`: ``batch_size = "all"`` takes them as they are
     (one step over every position in store order; `rng` is not drawn from), ``shuffle =
     "positions"`` shuffles the positions, ``"blocks"`` shuffles the blocks of ``shuffle_block``
-    consecutive positions of `train` (the last block may be shorter)."""
+    consecutive positions of `train` (the last block may be shorter) and puts each batch's
+    positions in their order in `train` (`_batches_of_blocks`): a blocks run's training rows
+    are its store's first rows in order (`in_record_order`), so its batches come in store order
+    and `Workers.loss_grad` has nothing to sort (the same rows in the same order as its sort
+    would give, so the same bits)."""
     if training["batch_size"] == FULL_BATCH:
         return train
     if training["shuffle"] == "positions":
@@ -360,7 +367,49 @@ def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> 
         return order
     size = training["shuffle_block"]
     starts = rng.permutation(math.ceil(len(train) / size)) * size
-    return np.concatenate([train[lo: lo + size] for lo in starts]) if len(starts) else train
+    if not len(starts):
+        return train
+    order = np.empty_like(train)
+    _batches_of_blocks(train, starts, size, batch_positions(training, len(train)), order)
+    return order
+
+
+@njit(**JIT)
+def _batches_of_blocks(train, starts, size, batch, out) -> None:
+    """`out` = the blocks of `size` consecutive positions of `train` that begin at the indices
+    `starts` (the last block of `train` may be shorter), one after the other, cut into batches
+    of `batch` positions, and inside each batch its blocks (or the parts of the blocks a batch
+    cut holds) in increasing order of their place in `train`: a sort of the batch's few hundred
+    block starts instead of its positions."""
+    n = train.shape[0]
+    # A batch holds at most batch // size + 2 blocks in part or whole (every block but the
+    # first and the last whole), and never more than there are.
+    lo = np.empty(min(starts.shape[0], batch // size + 2), np.int64)
+    hi = np.empty_like(lo)
+    k = 0  # the block the next position comes from
+    taken = 0  # positions of block k in earlier batches
+    pos = 0
+    while pos < n:
+        end = min(pos + batch, n)
+        m = 0
+        fill = pos
+        while fill < end:  # the batch's parts of blocks, in the shuffled order
+            a = starts[k] + taken
+            b = min(starts[k] + size, n)
+            t = min(b - a, end - fill)
+            lo[m] = a
+            hi[m] = a + t
+            m += 1
+            fill += t
+            if a + t == b:
+                k += 1
+                taken = 0
+            else:
+                taken += t
+        for j in np.argsort(lo[:m]):
+            for i in range(lo[j], hi[j]):
+                out[pos] = train[i]
+                pos += 1
 
 
 def batch_positions(training: dict, n_train: int) -> int:
