@@ -18,7 +18,7 @@ Accepted FEN (everything else is rejected with a reason, see tuner.chess.status)
 Every accepted FEN round-trips exactly: ``to_fen(parse_fen(f)) == " ".join(f.split())`` when f has
 all six fields (with the clocks ``0 1`` appended when they were missing).
 
-One njit parser (`_parse_row`) serves :func:`parse_fen`, :func:`parse_fens` (Arrow buffers),
+One njit parser (`_parse_fens_core`) serves :func:`parse_fen`, :func:`parse_fens` (Arrow buffers),
 :func:`parse_fen_array` (Arrow arrays) and :func:`parse_fen_list`; its statuses are
 `tuner.chess.status.FenStatus` codes.
 """
@@ -392,10 +392,11 @@ def _parse_fields(data, start, end, bbs, scratch):
     return np.int32(FenStatus.OK)
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def _parse_row(data, start, end, out, row, scratch):
     """Parse the FEN in data[start:end] into out[row] (scratch: SCAN_WORDS words); the status. A
-    rejected row is all zero."""
+    rejected row is all zero. Inlined into the loop over the rows: a call per row would cost
+    the reference counting of its arrays."""
     bbs = out[row]
     for k in range(POSITION_WORDS):
         bbs[k] = U64(0)
@@ -408,6 +409,7 @@ def _parse_row(data, start, end, out, row, scratch):
 
 @njit(**JIT)
 def _parse_fens_core(offsets, data, positions, status):
+    """Row r of `positions` and `status`: the FEN in data[offsets[r]:offsets[r + 1]]."""
     scratch = np.empty(SCAN_WORDS, np.uint64)
     for r in range(positions.shape[0]):
         status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r, scratch)
@@ -527,8 +529,8 @@ def parse_fen(fen: str) -> np.ndarray:
         raise TypeError("parse_fen expects a str, got %s" % type(fen).__name__)
     raw = fen.encode("utf-8", "surrogatepass")
     data = np.frombuffer(raw, dtype=np.uint8) if raw else np.empty(0, np.uint8)
-    out = np.empty((1, POSITION_WORDS), np.uint64)
-    code = int(_parse_row(data, 0, len(raw), out, 0, np.empty(SCAN_WORDS, np.uint64)))
+    out, status = parse_fens(np.array([0, len(raw)], np.int64), data)
+    code = int(status[0])
     if code != FenStatus.OK:
         raise ValueError(status_reason(code) + _detail(code, fen))
     return out[0]
