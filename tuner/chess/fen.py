@@ -18,7 +18,7 @@ Accepted FEN (everything else is rejected with a reason, see tuner.chess.status)
 Every accepted FEN round-trips exactly: ``to_fen(parse_fen(f)) == " ".join(f.split())`` when f has
 all six fields (with the clocks ``0 1`` appended when they were missing).
 
-One njit parser (`_parse_fens_core`) serves :func:`parse_fen`, :func:`parse_fens` (Arrow buffers),
+One njit parser (`_parse_row`) serves :func:`parse_fen`, :func:`parse_fens` (Arrow buffers),
 :func:`parse_fen_array` (Arrow arrays) and :func:`parse_fen_list`; its statuses are
 `tuner.chess.status.FenStatus` codes.
 """
@@ -482,6 +482,13 @@ def _parse_fens_core(offsets, data, positions, status):
         status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r, scratch, spaces)
 
 
+@njit(**JIT)
+def _parse_one(data, out):
+    """The FEN that is all of `data` into out[0]; the status (`parse_fen`'s core)."""
+    return _parse_row(data, 0, data.shape[0], out, 0, np.empty(SCAN_WORDS, np.uint64),
+                      np.empty(TAIL_SPACES, np.int64))
+
+
 # ---------------------------------------------------------------------------------------------
 # bulk parsing
 
@@ -596,8 +603,8 @@ def parse_fen(fen: str) -> np.ndarray:
         raise TypeError("parse_fen expects a str, got %s" % type(fen).__name__)
     raw = fen.encode("utf-8", "surrogatepass")
     data = np.frombuffer(raw, dtype=np.uint8) if raw else np.empty(0, np.uint8)
-    out, status = parse_fens(np.array([0, len(raw)], np.int64), data)
-    code = int(status[0])
+    out = np.empty((1, POSITION_WORDS), np.uint64)
+    code = int(_parse_one(data, out))
     if code != FenStatus.OK:
         raise ValueError(status_reason(code) + _detail(code, fen))
     return out[0]
