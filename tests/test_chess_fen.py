@@ -7,14 +7,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 import chess  # noqa: E402  (the dev extra installs it; a missing one is a failure)
 
 import shared  # noqa: E402
 from chess_oracle import FLAGS_OF, IMPLEMENTED, python_chess_flags  # noqa: E402
 
+from tuner.chess import fen as fen_module  # noqa: E402
 from tuner.chess import position as P  # noqa: E402
 from tuner.chess.fen import (  # noqa: E402
     parse_fen, parse_fen_array, parse_fen_list, parse_fens, to_fen, to_fens, to_fens_arrow)
@@ -547,3 +549,68 @@ def test_full_dataset_round_trip(name):
     assert len(status) == len(col) > 100000
     assert np.all(status == 0)
     assert to_fens_arrow(positions).to_pylist() == col.to_pylist()
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast paths against the reporting parsers
+
+
+@njit
+def _reporting_parse(offsets, data, out, status):
+    """parse_fens without the fast paths (`_scan_placement`, `_fast_tail`): the parsers that
+    say what is wrong, alone."""
+    for r in range(out.shape[0]):
+        bbs = out[r]
+        bbs[:] = 0
+        start, end = offsets[r], offsets[r + 1]
+        s = fen_module._skip_ws(data, start, end)
+        if s == end:
+            st = fen_module.pack_status(FenStatus.EMPTY, 0, 0)
+        else:
+            st, e = fen_module._parse_placement(data, s, end, bbs)
+            if st == 0:
+                st = fen_module.material_status(bbs)
+            if st == 0:
+                st = fen_module._parse_tail(data, e, end, bbs)
+        if st != 0:
+            bbs[:] = 0
+        status[r] = st
+
+
+def _check_fast_paths(fens):
+    arr = pa.array([f.encode("utf-8", "surrogatepass") for f in fens], type=pa.large_binary())
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, count=len(fens) + 1)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] else np.zeros(1, np.uint8)
+    positions, status = parse_fens(offsets, data)
+    want_pos = np.empty_like(positions)
+    want_status = np.empty_like(status)
+    _reporting_parse(offsets, data, want_pos, want_status)
+    np.testing.assert_array_equal(status, want_status)
+    np.testing.assert_array_equal(positions, want_pos)
+
+
+TAIL_TOKENS = ["w", "b", "-", "--", "KQkq", "Kk", "HAha", "e3", "e6", "d6", "0", "1", "00", "01",
+               "100", "101", "9999", "10000", "x", ""]
+#: a field of the FEN itself (its index) or a token
+tail_fields = st.lists(st.one_of(st.integers(1, 5), st.integers(1, 5), st.sampled_from(TAIL_TOKENS)),
+                       min_size=0, max_size=7)
+separators = st.lists(st.sampled_from([" ", " ", "  ", "\t", ""]), min_size=8, max_size=8)
+
+
+@HYP
+@example("8/8/8/8/8/8/8/K6k w - - 0 1", [1, 3, 4, 5], [" ", "  ", " ", " ", "", "", "", ""])
+@given(st.sampled_from(POOL), tail_fields, separators)
+def test_fast_paths_agree_with_the_reporting_parsers(fen, tail, seps):
+    """Valid placements followed by their own fields and tokens, dropped, repeated, swapped,
+    separated by single spaces (the fast form) or not."""
+    own = fen.split()
+    fields = [own[0]] + [own[f] if isinstance(f, int) and f < len(own) else str(f) for f in tail]
+    text = "".join(f + sep for f, sep in zip(fields, seps))
+    _check_fast_paths([text, text.rstrip(), fen])
+
+
+@HYP
+@given(st.lists(st.one_of(mutated_fens, st.text(alphabet=FEN_ALPHABET, max_size=90)),
+                min_size=1, max_size=20))
+def test_fast_paths_agree_on_mutations(fens):
+    _check_fast_paths(fens + POOL[:5])

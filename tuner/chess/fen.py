@@ -30,6 +30,7 @@ import pyarrow as pa
 from numba import njit
 from tuner.jit import JIT, INLINE
 
+from .bitboard import FILE_A, flip_vertical
 from .legality import (CASTLE_CODE_BLACK_FILE_A, CASTLE_CODE_WHITE_FILE_A, castle_colour,
                        castle_slot, check_status, ep_status, material_status)
 from .position import (CASTLE_TEXT_BITS, CASTLE_TEXT_MASK, FULLMOVE_MASK, HALFMOVE_MASK,
@@ -68,6 +69,29 @@ UINT_OK, UINT_SYNTAX, UINT_LEADING_ZERO = 0, 1, 2
 FEN_MAX_BYTES = 96  # longest FEN to_fen can write: 71 placement + 21 other fields
 WHITESPACE = " \t\n\r\v\f"
 BLACK_PIECE = 8  # _PIECE_OF_CHAR: colour * BLACK_PIECE + type
+PIECE_TYPES = 6
+
+# The placement scan (`_scan_placement`) ORs one bit per byte of the field into a word of a scratch
+# array: a piece letter's word is its _PIECE_OF_CHAR code (0..5 White, 8..13 Black), the others:
+SCAN_SLASH = 6  # '/': the bit of the first square of the rank it starts
+SCAN_DIGIT = 7  # 1..8: the bit of the first square of the empty run it stands for
+SCAN_BAD = 15  # any other byte
+SCAN_WORDS = 16
+#: `_SCAN_CODE` of whitespace (the end of the field); any other byte's code is its scratch word
+#: plus its advance (files, or one rank for a '/') << SCAN_ADVANCE_SHIFT
+SCAN_END = 0xFFFF
+SCAN_ADVANCE_SHIFT = 4
+SCAN_RANK_SHIFT = 10  # the scan counts files below this bit and ranks above it (a '/' adds a rank)
+PLACEMENT_MAX_BYTES = 71  # 8 ranks of 8 pieces and 7 slashes
+#: The scan's position after a valid placement: 64 files, 7 slashes.
+SCAN_FULL_BOARD = BOARD_SIZE * BOARD_SIZE + (BOARD_SIZE - 1 << SCAN_RANK_SHIFT)
+#: The scan's slash word of a valid placement: rank k's slash (k = 1..7 from the top) at bit 8k.
+SCAN_SLASH_BITS = U64(0x0101010101010100)
+SCAN_POS_MASK = U64(63)  # the square of the scan's position (top rank first) within its word
+TAIL_FIELDS = 5  # side to move, castling, en passant, the two clocks
+TAIL_SPACES = 8  # slots of `_fast_tail`'s spaces (a power of two above TAIL_FIELDS)
+#: The longest tail `_fast_tail` reads: " b KQkq e3 100 9999".
+TAIL_MAX_BYTES = 19
 
 
 def _build_char_tables():
@@ -84,10 +108,19 @@ def _build_char_tables():
     ws = np.zeros(256, np.bool_)
     for ch in WHITESPACE:
         ws[ord(ch)] = True
-    return piece, castle, ws
+    scan = np.full(256, SCAN_BAD, np.uint16)
+    for c in range(256):
+        if piece[c] >= 0:
+            scan[c] = piece[c] | 1 << SCAN_ADVANCE_SHIFT
+    for d in range(1, BOARD_SIZE + 1):
+        scan[CH_ZERO + d] = SCAN_DIGIT | d << SCAN_ADVANCE_SHIFT
+    scan[CH_SLASH] = SCAN_SLASH | 1 << (SCAN_RANK_SHIFT + SCAN_ADVANCE_SHIFT)
+    for ch in WHITESPACE:
+        scan[ord(ch)] = SCAN_END
+    return piece, castle, ws, scan
 
 
-_PIECE_OF_CHAR, _CASTLE_CODE_OF_CHAR, _IS_WS = _build_char_tables()
+_PIECE_OF_CHAR, _CASTLE_CODE_OF_CHAR, _IS_WS, _SCAN_CODE = _build_char_tables()
 _PIECE_CHAR_CODES = np.frombuffer(b"PNBRQKpnbrqk", dtype=np.uint8).copy()
 _CASTLE_CHAR_CODES = np.frombuffer(b"?KQkqABCDEFGHabcdefgh", dtype=np.uint8).copy()
 
@@ -185,6 +218,47 @@ def _parse_placement(data, start, end, bbs):
 
 
 @njit(**INLINE)
+def _scan_placement(data, start, end, bbs, scratch):
+    """The fast path of field 1 (`_parse_placement` gives the reason when it fails): (whether the
+    field from data[start] (not whitespace) to the next whitespace or end is a valid placement,
+    the index after it); its pieces in bbs[0..7] when it is.
+
+    One branch-free step per byte: the byte's bit at the scan's position (rank from the top * 8 +
+    file) into its scratch word (`_SCAN_CODE`), the position advanced. The field is valid iff no
+    byte is bad, the position ends at 64 files after 7 slashes, the slashes stand at the starts
+    of ranks 2..8 from the top (the position only grows, so each rank then has 8 files), and the
+    digits at the starts of the empty runs of their ranks (so no two digits are consecutive)."""
+    for k in range(SCAN_WORDS):
+        scratch[k] = U64(0)
+    # unsigned: no wrap-around code for negative indices (a third of the loop's instructions)
+    stop = U64(min(end, start + PLACEMENT_MAX_BYTES))
+    pos = U64(0)
+    i = U64(start)
+    while i < stop:
+        code = U64(_SCAN_CODE[data[i]])
+        if code == U64(SCAN_END):
+            break
+        scratch[code & U64(SCAN_BAD)] |= U64(1) << (pos & SCAN_POS_MASK)
+        pos += code >> U64(SCAN_ADVANCE_SHIFT)
+        i += U64(1)
+    white = scratch[0] | scratch[1] | scratch[2] | scratch[3] | scratch[4] | scratch[5]
+    black = (scratch[BLACK_PIECE] | scratch[BLACK_PIECE + 1] | scratch[BLACK_PIECE + 2]
+             | scratch[BLACK_PIECE + 3] | scratch[BLACK_PIECE + 4] | scratch[BLACK_PIECE + 5])
+    empty = ~(white | black)
+    run_starts = empty & ~((empty << U64(1)) & ~FILE_A)
+    e = np.int64(i)
+    if (pos != U64(SCAN_FULL_BOARD) or scratch[SCAN_BAD] != U64(0)
+            or scratch[SCAN_SLASH] != SCAN_SLASH_BITS or scratch[SCAN_DIGIT] != run_starts
+            or (i == stop and e < end)):
+        return False, e
+    bbs[W_WHITE] = flip_vertical(white)
+    bbs[W_BLACK] = flip_vertical(black)
+    for t in range(PIECE_TYPES):
+        bbs[W_PAWN + t] = flip_vertical(scratch[t] | scratch[BLACK_PIECE + t])
+    return True, e
+
+
+@njit(**INLINE)
 def _parse_castling(data, start, stop, bbs):
     """(status, meta bits) of field 3: the castling text and the rook slots it names."""
     meta = U64(0)
@@ -257,19 +331,17 @@ def _parse_clock(data, start, stop, syntax, zero, out_of_range, lowest, highest)
     return np.int32(FenStatus.OK), value
 
 
-@njit(**JIT)
-def _parse_fields(data, start, end, bbs):
-    """Every field of the FEN in data[start:end] into bbs (all zero on entry); the status."""
-    s = _skip_ws(data, start, end)
-    if s == end:
-        return pack_status(FenStatus.EMPTY, 0, 0)
-    status, e = _parse_placement(data, s, end, bbs)
-    if status != FenStatus.OK:
-        return status
-    status = material_status(bbs)
-    if status != FenStatus.OK:
-        return status
+@njit(**INLINE)
+def _pack_meta(stm, castling, ep, halfmove, fullmove):
+    """The meta word of a position: side to move, the castling and en-passant bits (as their
+    parsers give them), the clocks."""
+    return (U64(stm) | castling | ep | U64(halfmove) << U64(META_HALFMOVE_SHIFT)
+            | U64(fullmove) << U64(META_FULLMOVE_SHIFT))
 
+
+@njit(**INLINE)
+def _parse_tail(data, e, end, bbs):
+    """The fields after the placement (which ends at data[e]) into bbs[W_META]; the status."""
     s, e = _field(data, e, end)
     if s == end:
         return pack_status(FenStatus.MISSING_FIELD, F_STM, 0)
@@ -279,23 +351,20 @@ def _parse_fields(data, start, end, bbs):
     status = check_status(bbs, stm)
     if status != FenStatus.OK:
         return status
-    meta = U64(stm)
 
     s, e = _field(data, e, end)
     if s == end:
         return pack_status(FenStatus.MISSING_FIELD, F_CASTLING, 0)
-    status, bits = _parse_castling(data, s, e, bbs)
+    status, castling = _parse_castling(data, s, e, bbs)
     if status != FenStatus.OK:
         return status
-    meta |= bits
 
     s, e = _field(data, e, end)
     if s == end:
         return pack_status(FenStatus.MISSING_FIELD, F_EP, 0)
-    status, bits = _parse_ep(data, s, e, bbs, stm)
+    status, ep = _parse_ep(data, s, e, bbs, stm)
     if status != FenStatus.OK:
         return status
-    meta |= bits
 
     halfmove = np.int64(0)
     fullmove = np.int64(1)
@@ -314,19 +383,90 @@ def _parse_fields(data, start, end, bbs):
         s, e = _field(data, e, end)
     if s < end:
         return pack_status(FenStatus.EXTRA_FIELDS, 0, 0)
-    meta |= U64(halfmove) << U64(META_HALFMOVE_SHIFT)
-    meta |= U64(fullmove) << U64(META_FULLMOVE_SHIFT)
-    bbs[W_META] = meta
+    bbs[W_META] = _pack_meta(stm, castling, ep, halfmove, fullmove)
     return np.int32(FenStatus.OK)
 
 
-@njit(**JIT)
-def _parse_row(data, start, end, out, row):
-    """Parse the FEN in data[start:end] into out[row]; the status. A rejected row is all zero."""
+@njit(**INLINE)
+def _fast_tail(data, e, end, bbs, spaces):
+    """`_parse_tail` for the form of nearly every FEN of a data set: the five fields after the
+    placement each after one space, none after the last. True (bbs[W_META] written) when the
+    fields are in that form and valid; False, bbs untouched, for anything else, which
+    `_parse_tail` then reads (and tells what is wrong with).
+
+    One pass finds the spaces (spaces: TAIL_SPACES int64 words) instead of `_field`'s two per
+    field; the fields are then those `_parse_tail` would find, read by the same parsers."""
+    if end - e > TAIL_MAX_BYTES:
+        return False
+    n = 0
+    other_ws = False
+    for k in range(e, end):
+        c = data[k]
+        spaces[n & (TAIL_SPACES - 1)] = k  # the slot stays k's only if k is a space
+        is_space = c == CH_SPACE
+        n += is_space
+        other_ws |= _IS_WS[c] and not is_space
+    if n != TAIL_FIELDS or other_ws or spaces[0] != e or spaces[1] != e + 2:
+        return False
+    for k in range(1, TAIL_FIELDS - 1):
+        if spaces[k + 1] - spaces[k] < 2:  # an empty field
+            return False
+    if end - spaces[TAIL_FIELDS - 1] < 2:
+        return False
+    c = data[e + 1]
+    if c != CH_WHITE and c != CH_BLACK:
+        return False
+    stm = 0 if c == CH_WHITE else 1
+    if check_status(bbs, stm) != FenStatus.OK:
+        return False
+    status, castling = _parse_castling(data, spaces[1] + 1, spaces[2], bbs)
+    if status != FenStatus.OK:
+        return False
+    status, ep = _parse_ep(data, spaces[2] + 1, spaces[3], bbs, stm)
+    if status != FenStatus.OK:
+        return False
+    status, halfmove = _parse_clock(data, spaces[3] + 1, spaces[4], FenStatus.HM_SYNTAX,
+                                    FenStatus.HM_ZERO, FenStatus.HM_RANGE, 0, MAX_HALFMOVE)
+    if status != FenStatus.OK:
+        return False
+    status, fullmove = _parse_clock(data, spaces[4] + 1, end, FenStatus.FM_SYNTAX,
+                                    FenStatus.FM_ZERO, FenStatus.FM_RANGE, 1, MAX_FULLMOVE)
+    if status != FenStatus.OK:
+        return False
+    bbs[W_META] = _pack_meta(stm, castling, ep, halfmove, fullmove)
+    return True
+
+
+@njit(**INLINE)
+def _parse_fields(data, start, end, bbs, scratch, spaces):
+    """Every field of the FEN in data[start:end] into bbs (all zero on entry); the status. The
+    fast paths first (`_scan_placement`, `_fast_tail`), the parsers that tell what is wrong
+    when they fail."""
+    s = _skip_ws(data, start, end)
+    if s == end:
+        return pack_status(FenStatus.EMPTY, 0, 0)
+    ok, e = _scan_placement(data, s, end, bbs, scratch)
+    if not ok:  # bbs still all zero
+        status, e = _parse_placement(data, s, end, bbs)
+        if status != FenStatus.OK:
+            return status
+    status = material_status(bbs)
+    if status != FenStatus.OK:
+        return status
+    if _fast_tail(data, e, end, bbs, spaces):
+        return np.int32(FenStatus.OK)
+    return _parse_tail(data, e, end, bbs)
+
+
+@njit(**INLINE)
+def _parse_row(data, start, end, out, row, scratch, spaces):
+    """Parse the FEN in data[start:end] into out[row] (scratch: SCAN_WORDS words, spaces:
+    TAIL_SPACES); the status. A rejected row is all zero. Inlined into the loop over the rows: a
+    call per row would cost the reference counting of its arrays."""
     bbs = out[row]
     for k in range(POSITION_WORDS):
         bbs[k] = U64(0)
-    status = _parse_fields(data, start, end, bbs)
+    status = _parse_fields(data, start, end, bbs, scratch, spaces)
     if status != FenStatus.OK:
         for k in range(POSITION_WORDS):
             bbs[k] = U64(0)
@@ -335,8 +475,18 @@ def _parse_row(data, start, end, out, row):
 
 @njit(**JIT)
 def _parse_fens_core(offsets, data, positions, status):
+    """Row r of `positions` and `status`: the FEN in data[offsets[r]:offsets[r + 1]]."""
+    scratch = np.empty(SCAN_WORDS, np.uint64)
+    spaces = np.empty(TAIL_SPACES, np.int64)
     for r in range(positions.shape[0]):
-        status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r)
+        status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r, scratch, spaces)
+
+
+@njit(**JIT)
+def _parse_one(data, out):
+    """The FEN that is all of `data` into out[0]; the status (`parse_fen`'s core)."""
+    return _parse_row(data, 0, data.shape[0], out, 0, np.empty(SCAN_WORDS, np.uint64),
+                      np.empty(TAIL_SPACES, np.int64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +604,7 @@ def parse_fen(fen: str) -> np.ndarray:
     raw = fen.encode("utf-8", "surrogatepass")
     data = np.frombuffer(raw, dtype=np.uint8) if raw else np.empty(0, np.uint8)
     out = np.empty((1, POSITION_WORDS), np.uint64)
-    code = int(_parse_row(data, 0, len(raw), out, 0))
+    code = int(_parse_one(data, out))
     if code != FenStatus.OK:
         raise ValueError(status_reason(code) + _detail(code, fen))
     return out[0]

@@ -20,7 +20,8 @@ import numpy as np
 from numba import njit
 from tuner.jit import JIT, INLINE
 
-from .attacks import count_attackers
+from .attacks import (KING_ATTACKS, KNIGHT_ATTACKS, PAWN_ATTACKS, bishop_attacks_classical,
+                      rook_attacks_classical)
 from .bitboard import BACK_RANKS, RANK_1, RANK_8, lsb, msb, popcount
 from .position import (CASTLE_SLOT_PRESENT, W_BISHOP, W_BLACK, W_KING, W_KNIGHT, W_PAWN, W_QUEEN,
                        W_ROOK, W_WHITE)
@@ -66,12 +67,22 @@ def material_status(bbs):
 
 @njit(**INLINE)
 def check_status(bbs, stm):
-    """OPPOSITE_CHECK if the king of the side not to move is attacked (one king per colour)."""
+    """OPPOSITE_CHECK if the king of the side not to move is attacked (one king per colour).
+
+    Looks outward from the king (the attack relation is symmetric; a pawn of `stm` attacks it
+    from where a pawn of the other colour on its square would attack). The sliders' attacks are
+    the classical rays' (`tuner.chess.attacks.RAYS`, 4 KB), not the magic tables': the parser
+    meets a random position per row, and a lookup in the 800 KB rook table then misses the
+    cache (parse_fens: ~35 -> ~15 ns per position)."""
     ksq = lsb(bbs[1 - stm] & bbs[W_KING])
     mine = bbs[stm]
-    if count_attackers(ksq, bbs[W_WHITE] | bbs[W_BLACK], stm, mine & bbs[W_PAWN],
-                       mine & bbs[W_KNIGHT], mine & (bbs[W_BISHOP] | bbs[W_QUEEN]),
-                       mine & (bbs[W_ROOK] | bbs[W_QUEEN]), mine & bbs[W_KING]) != 0:
+    occ = bbs[W_WHITE] | bbs[W_BLACK]
+    attackers = ((PAWN_ATTACKS[1 - stm, ksq] & bbs[W_PAWN])
+                 | (KNIGHT_ATTACKS[ksq] & bbs[W_KNIGHT])
+                 | (KING_ATTACKS[ksq] & bbs[W_KING])
+                 | (bishop_attacks_classical(ksq, occ) & (bbs[W_BISHOP] | bbs[W_QUEEN]))
+                 | (rook_attacks_classical(ksq, occ) & (bbs[W_ROOK] | bbs[W_QUEEN])))
+    if attackers & mine != U64(0):
         return pack_status(FenStatus.OPPOSITE_CHECK, ksq, stm)
     return np.int32(FenStatus.OK)
 
