@@ -3,18 +3,19 @@ the same positions (the shipped sample tiled to --positions, default 6.97 M).
 
 Runs, where built, texel-tuner with its `fourku` evaluation (one full-batch step per epoch, in
 file order; 1 and 2 threads), Clockwork's own tuners at its seed (cde2ced) and at 10d79e6 (their
-fixed thread count), then this tuner with each evaluation in each mode it offers (replay, eager,
-and where the configuration accepts them the shuffle by blocks and the full batch) on every
-thread count asked for. Prints for each: s/epoch (median of the epochs), ns per term (wall time
-over positions x terms per position: ours, operands and records per position of the recorded
-store; texel-tuner, its average non-zero coefficients per position, from its output),
+fixed thread count), then this tuner with each evaluation in each mode it offers (replay with the
+default shuffle, eager, and where the configuration accepts them the shuffle by positions, by
+blocks and the full batch) on every thread count asked for. Prints for each: s/epoch (median of
+the epochs), ns per term (wall time over positions x terms per position: ours, operands and
+records per position of the recorded store; texel-tuner, its average non-zero coefficients per
+position, from its output),
 positions/s, and our ratios to texel-tuner (same thread count) and to the Clockwork tuner of the
 same evaluation (same thread count); plus the load average at the start and the end. A peer not
 built is skipped with the command that builds it. Not part of CI (the peers are C++ builds).
 
     .venv/bin/python benchmarks/peers.py [--positions N] [--epochs E] [--threads 1 2]
         [--peers texel-tuner clockwork-seed clockwork-head] [--evaluations clockwork ...]
-        [--modes replay eager blocks full-batch] [--dir DIR] [--tools TOOLS]
+        [--modes replay eager positions blocks full-batch] [--dir DIR] [--tools TOOLS]
 
 DIR holds the builds: DIR/texel-tuner (the OUT of build-texel-tuner.sh) and DIR/clockwork (the
 OUT_DIR of build-clockwork.sh); TOOLS holds those scripts (default: ../build/peers and
@@ -43,9 +44,11 @@ REPO = Path(__file__).resolve().parent.parent
 TEXEL_TUNER = "texel-tuner"
 #: Clockwork's two tuners: build-clockwork.sh's mode -> the evaluation of ours they compare with.
 CLOCKWORK = {"seed": "clockwork", "head": "clockwork-10d79e6"}
-#: Our modes: the [training] settings each adds to the base run. The last two exist once the
-#: configuration accepts them (`our_modes`).
+#: Our modes: the [training] settings each adds to the base run ("replay": the default shuffle;
+#: a mode equal to another is run once). The last three exist once the configuration accepts
+#: them (`our_modes`).
 MODES = {"replay": {"mode": "replay"}, "eager": {"mode": "eager"},
+         "positions": {"mode": "replay", "shuffle": "positions"},
          "blocks": {"mode": "replay", "shuffle": "blocks"},
          "full-batch": {"mode": "replay", "batch_size": "all"}}
 RESULT_CHAR = {1.0: "w", 0.5: "d", 0.0: "b"}  # Clockwork's result field (white's view)
@@ -205,7 +208,7 @@ def ours(data, evaluation: str, modes: dict[str, dict], epochs: int,
                                          "micro_batch_size": MICRO, "threads": t, **keys}},
                            "peers")
             tr = cfg["training"]
-            if tr in seen:  # a mode that is now the default is the same run as `replay`
+            if tr in seen:  # the default's settings given again: the same run as `replay`
                 continue
             seen.append(tr)
             bs = tr["batch_size"]
