@@ -17,7 +17,7 @@ bitboards.
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import INLINE, JIT
 
 from .bitboard import lsb, msb, popcount
 from .position import (W_WHITE, W_BLACK, W_PAWN, W_KNIGHT, W_BISHOP, W_ROOK, W_QUEEN, W_KING,
@@ -252,7 +252,7 @@ def count_attackers(sq, occ, colour, pawns, knights, diagonal, orthogonal, kings
             + popcount(KING_ATTACKS[sq] & U64(kings)))
 
 
-@njit(**JIT)
+@njit(**INLINE)
 def piece_attacks(ptype, colour, sq, occ):
     """Attack set of a piece of type ptype and colour on sq, given occupancy occ."""
     if ptype == PAWN:
