@@ -384,7 +384,7 @@ def _load(pos, board, sets):
                               | pawn_attacks_set(board[s, THEM, PAWN], OPPONENT))
 
 
-@njit(**BORROWED)
+@njit(**INLINE)
 def _piece_terms(lin, board, sets, s, t, chk):
     """PSQT, mobility and per-piece terms of side s's pieces of type t (knight..queen), their
     attack sets into ``sets[s]``; returns how many (square, piece) pairs attack the squares
@@ -433,7 +433,7 @@ def _piece_terms(lin, board, sets, s, t, chk):
     return checkers
 
 
-@njit(**BORROWED)
+@njit(**INLINE)
 def _pawns(lin, board, sets, s):
     """Doubled, isolated, passed (with its follow-up terms), phalanx and defended pawns of side
     s; returns the number of passed pawns."""
@@ -492,7 +492,7 @@ def _pawns(lin, board, sets, s):
     return passers
 
 
-@njit(**BORROWED)
+@njit(**INLINE)
 def _threats(lin, board, sets, s):
     """Threats of side s against the other side's pieces, pawn (push) threats and the attacks on
     a lone enemy queen."""
@@ -544,7 +544,7 @@ def _threats(lin, board, sets, s):
                     sign * popcount((queen_attacks ^ diagonal) & sets[s, ROOK] & safe))
 
 
-@njit(**BORROWED)
+@njit(**INLINE)
 def _files_and_outposts(lin, board, sets, s):
     """Rook files, minors behind pawns, outposts and the bishop pair of side s."""
     sign = _sign(s)
@@ -564,7 +564,7 @@ def _files_and_outposts(lin, board, sets, s):
     add_nonzero(lin, Pair.BISHOP_PAIR_VAL, sign * np.int64(popcount(board[s, OWN, BISHOP]) >= BISHOP_PAIR))
 
 
-@njit(**BORROWED)
+@njit(**INLINE)
 def _king_safety(acc, board, sets, s):
     """The king-attack terms of side s's king (s defends), all with coefficient +count."""
     ksq = lsb(board[s, OWN, KING])
@@ -657,17 +657,16 @@ def features(pos, scratch):
     oksq = (lsb(board[0, THEM, KING]), lsb(board[1, THEM, KING]))
     diagonal = (bishop_attacks(oksq[0], sets[0, SET_OCC]), bishop_attacks(oksq[1], sets[1, SET_OCC]))
     orthogonal = (rook_attacks(oksq[0], sets[0, SET_OCC]), rook_attacks(oksq[1], sets[1, SET_OCC]))
-    for t in range(KNIGHT, KING):
-        for s in range(2):
-            if t == KNIGHT:
-                chk = knight_attacks(oksq[s])
-            elif t == BISHOP:
-                chk = diagonal[s]
-            elif t == ROOK:
-                chk = orthogonal[s]
-            else:
-                chk = diagonal[s] | orthogonal[s]
-            checkers -= _sign(s) * _piece_terms(lin, board, sets, s, t, chk)
+    # piece type by piece type, each a constant in its inlined `_piece_terms` (its branches fold)
+    for s in range(2):
+        checkers -= _sign(s) * _piece_terms(lin, board, sets, s, KNIGHT, knight_attacks(oksq[s]))
+    for s in range(2):
+        checkers -= _sign(s) * _piece_terms(lin, board, sets, s, BISHOP, diagonal[s])
+    for s in range(2):
+        checkers -= _sign(s) * _piece_terms(lin, board, sets, s, ROOK, orthogonal[s])
+    for s in range(2):
+        checkers -= _sign(s) * _piece_terms(lin, board, sets, s, QUEEN,
+                                            diagonal[s] | orthogonal[s])
     add_nonzero(lin, Pair.POTENTIAL_CHECKER_VAL, checkers)
 
     passers_w = _pawns(lin, board, sets, 0)
