@@ -61,7 +61,7 @@ from tuner.jit import BORROWED, JIT, INLINE
 from .pairs import pair_axpy, pair_dot, pair_dot_axpy
 
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
-                        C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
+                        C_ERROR_TAG, C_EVALUATE, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
                         E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT, OPERAND_LHS,
                         OPERAND_LIST, OPERAND_RHS, Recording, Tape, TapeFullError, alloc_pair,
                         alloc_value, note_index_error)
@@ -698,13 +698,14 @@ _TAPE_ARRAYS = dict(val="t.arena.val", pv="t.arena.pair_val", idx="t.rec.opnd_in
 def _recorder_source(f: int) -> str:
     """``_record_NAME(t, k, a, b, s0, s1)``, what every recorder of form `f` calls: append the
     record (`_append`), run the form's forward (and no other form's: each recorder compiles only
-    its own form), return the output slot."""
+    its own form) unless the tape does not evaluate (``C_EVALUATE``), return the output slot."""
     row = FORM_TABLE[f]
     used = [x for x in row.fwd_args.split(", ") if x in _TAPE_ARRAYS]
     return "\n".join([f"def _record_{row.name}(t, k, a, b, s0, s1):",
-                      f"    o, a, b = _append(t, {f}, k, a, b, s0, s1)"]
-                     + [f"    {x} = {_TAPE_ARRAYS[x]}" for x in used]
-                     + [f"    {call(f, False, dict(bits='0'))}", "    return o"]) + "\n"
+                      f"    o, a, b = _append(t, {f}, k, a, b, s0, s1)",
+                      f"    if t.rec.counts[{C_EVALUATE}]:  # C_EVALUATE"]
+                     + [f"        {x} = {_TAPE_ARRAYS[x]}" for x in used]
+                     + [f"        {call(f, False, dict(bits='0'))}", "    return o"]) + "\n"
 
 
 def _loss_source() -> str:

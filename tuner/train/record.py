@@ -48,10 +48,12 @@ def record_losses(tape, slots, results, rows, k, loss):
 
 
 def new_training_tape(registry, micro: int):
-    """A tape sized for `micro` positions of an evaluation with `registry`'s parameters."""
+    """A tape sized for `micro` positions of an evaluation with `registry`'s parameters. It
+    does not evaluate its records as they are appended (``evaluate=False``): training freezes
+    and replays them, and never reads the values recording would compute."""
     return new_tape(registry.n_values, registry.n_params,
                     records=micro * RECORDS_PER_POSITION + 8,
-                    operands=micro * OPERANDS_PER_POSITION + 8)
+                    operands=micro * OPERANDS_PER_POSITION + 8, evaluate=False)
 
 
 class Labelled(NamedTuple):
