@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import BORROWED, JIT, INLINE
+from tuner.jit import JIT, INLINE, RECORDER
 
 from .arena import Arena, new_arena
 
@@ -195,7 +195,7 @@ def zero_param_grad(tape: Tape) -> None:
     tape.arena.pair_grad[: tape.rec.counts[C_PAIR_PARAMS]] = 0.0
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def ensure_room(tape: Tape, records: int, values: int, pairs: int, operands: int) -> None:
     """Raise TapeFullError unless that many more records, slots and operands fit."""
     c = tape.rec.counts

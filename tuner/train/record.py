@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import BORROWED
 
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
@@ -39,7 +39,7 @@ EVAL, LOSS = 0, 1
 RECORD_MICRO = 2048
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_losses(tape, slots, results, rows, k, loss):
     """The loss of every position, record form `loss` (one of `tuner.tape.ops.LOSS_FORMS`) with
     K and the target as the record's scalars: ``slots[LOSS, i]`` from ``slots[EVAL, i]``."""
