@@ -738,8 +738,9 @@ def _compile_recorders() -> tuple:
 # The checks are calls of their own taking only the counts (and the operand list): written
 # inline in the recorders, or passed the Tape, their branches keep Numba from pruning the
 # reference counting of the Tape's arrays, which costs every record far more than the check.
-# The public recorders below are compiled without reference counting at all
-# (`tuner.jit.BORROWED`), so that the Tape's arrays cost them nothing wherever they are read.
+# The public recorders below are compiled without reference counting at all and inlined into
+# their callers (`tuner.jit.RECORDER`), so that the Tape's arrays cost them nothing wherever
+# they are read and no call passes the Tape.
 
 @njit(**JIT)
 def _checked_slot(c, kind: int, x: int, operand: int, tg: int) -> int:
