@@ -20,3 +20,7 @@ INLINE: dict = dict(JIT, inline="always")
 #: to one of them where it cannot prove them redundant, which costs the recorders more than their
 #: arithmetic.
 BORROWED: dict = dict(JIT, _nrt=False)
+#: Options of a recorder (`tuner.tape.ops.record_*`, `tuner.tape.linear.lin_record_pair`): a
+#: `BORROWED` function inlined into its callers, since a call passing a Tape (some ninety words:
+#: every array's data pointer, shape and strides) costs more than the record it appends.
+RECORDER: dict = dict(BORROWED, inline="always")

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import BORROWED, JIT
+from tuner.jit import BORROWED, JIT, RECORDER
 
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, E_PARAM_INDEX, OPERAND_LIST, Tape,
                         ensure_room, note_index_error)
@@ -90,7 +90,7 @@ def _note_lin_errors(counts: np.ndarray, acc_count: np.ndarray, worst: int, n_pa
                          tag(F_LINCOMB_PAIR))
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     """One linear-combination record of the parameter pairs with non-zero coefficients; clears.
 

@@ -56,12 +56,12 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import BORROWED, JIT, INLINE
+from tuner.jit import JIT, INLINE, RECORDER
 
 from .pairs import pair_axpy, pair_dot, pair_dot_axpy
 
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
-                        C_ERROR_TAG, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
+                        C_ERROR_TAG, C_EVALUATE, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
                         E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT, OPERAND_LHS,
                         OPERAND_LIST, OPERAND_RHS, Recording, Tape, TapeFullError, alloc_pair,
                         alloc_value, note_index_error)
@@ -698,13 +698,14 @@ _TAPE_ARRAYS = dict(val="t.arena.val", pv="t.arena.pair_val", idx="t.rec.opnd_in
 def _recorder_source(f: int) -> str:
     """``_record_NAME(t, k, a, b, s0, s1)``, what every recorder of form `f` calls: append the
     record (`_append`), run the form's forward (and no other form's: each recorder compiles only
-    its own form), return the output slot."""
+    its own form) unless the tape does not evaluate (``C_EVALUATE``), return the output slot."""
     row = FORM_TABLE[f]
     used = [x for x in row.fwd_args.split(", ") if x in _TAPE_ARRAYS]
     return "\n".join([f"def _record_{row.name}(t, k, a, b, s0, s1):",
-                      f"    o, a, b = _append(t, {f}, k, a, b, s0, s1)"]
-                     + [f"    {x} = {_TAPE_ARRAYS[x]}" for x in used]
-                     + [f"    {call(f, False, dict(bits='0'))}", "    return o"]) + "\n"
+                      f"    o, a, b = _append(t, {f}, k, a, b, s0, s1)",
+                      f"    if t.rec.counts[{C_EVALUATE}]:  # C_EVALUATE"]
+                     + [f"        {x} = {_TAPE_ARRAYS[x]}" for x in used]
+                     + [f"        {call(f, False, dict(bits='0'))}", "    return o"]) + "\n"
 
 
 def _loss_source() -> str:
@@ -737,8 +738,9 @@ def _compile_recorders() -> tuple:
 # The checks are calls of their own taking only the counts (and the operand list): written
 # inline in the recorders, or passed the Tape, their branches keep Numba from pruning the
 # reference counting of the Tape's arrays, which costs every record far more than the check.
-# The public recorders below are compiled without reference counting at all
-# (`tuner.jit.BORROWED`), so that the Tape's arrays cost them nothing wherever they are read.
+# The public recorders below are compiled without reference counting at all and inlined into
+# their callers (`tuner.jit.RECORDER`), so that the Tape's arrays cost them nothing wherever
+# they are read and no call passes the Tape.
 
 @njit(**JIT)
 def _checked_slot(c, kind: int, x: int, operand: int, tg: int) -> int:
@@ -818,13 +820,13 @@ def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float
 RECORD_FORM, _record_loss_form = _compile_recorders()
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sigmoid_sq_err(t: Tape, a: int, k: float, target: float) -> int:
     """(sigmoid(k * value a) - target)^2: the Texel loss of an evaluation against a result"""
     return _record_sigmoid_sq_err(t, 0, a, 0, k, target)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
     """-(target log p + (1 - target) log(1 - p)), p = sigmoid(k * value a): the cross-entropy
     of an evaluation against a target in [0, 1]"""
@@ -835,7 +837,7 @@ def record_sigmoid_xent(t: Tape, a: int, k: float, target: float) -> int:
 IS_LOSS = np.array([bool(row.loss) for row in FORM_TABLE])
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_loss(t: Tape, a: int, k: float, target: float, loss: int) -> int:
     """The loss of form `loss` (one of `LOSS_FORMS`, K = `k`) of value a against `target`."""
     if not (0 <= loss < IS_LOSS.shape[0] and IS_LOSS[loss]):
@@ -844,214 +846,214 @@ def record_loss(t: Tape, a: int, k: float, target: float, loss: int) -> int:
 
 
 # Constants: a leaf is a record too, so that every slot of a recording can be replayed.
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_const(t: Tape, x: float) -> int:
     """A constant value x"""
     return _record_const(t, 0, 0, 0, x, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_const_pair(t: Tape, mg: float, eg: float) -> int:
     """A constant pair (mg, eg)"""
     return _record_const_pair(t, 0, 0, 0, mg, eg)
 
 
 # Value ops.
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_add(t: Tape, a: int, b: int) -> int:
     """value a + value b"""
     return _record_vv(t, K_ADD, a, b, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sub(t: Tape, a: int, b: int) -> int:
     """value a - value b"""
     return _record_vv(t, K_SUB, a, b, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_mul(t: Tape, a: int, b: int) -> int:
     """value a * value b (a may equal b: squaring)"""
     return _record_vv(t, K_MUL, a, b, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_div(t: Tape, a: int, b: int) -> int:
     """value a / value b"""
     return _record_vv(t, K_DIV, a, b, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pow(t: Tape, a: int, b: int) -> int:
     """value a ** value b (a > 0 for a finite gradient in b)"""
     return _record_vv(t, K_POW, a, b, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_exp(t: Tape, a: int) -> int:
     """exp(value a)"""
     return _record_v(t, K_EXP, a, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_log(t: Tape, a: int) -> int:
     """ln(value a)"""
     return _record_v(t, K_LOG, a, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sigmoid(t: Tape, a: int) -> int:
     """1 / (1 + exp(-value a))"""
     return _record_v(t, K_SIGMOID, a, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_neg(t: Tape, a: int) -> int:
     """-value a"""
     return _record_v(t, K_NEG, a, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pow_const(t: Tape, a: int, s: float) -> int:
     """value a ** constant s"""
     return _record_vs(t, K_POW, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_add_scalar(t: Tape, a: int, s: float) -> int:
     """value a + s"""
     return _record_vs(t, K_ADD, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sub_scalar(t: Tape, a: int, s: float) -> int:
     """value a - s"""
     return _record_vs(t, K_SUB, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_scalar_sub(t: Tape, s: float, a: int) -> int:
     """s - value a"""
     return _record_sv(t, K_SUB, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_mul_scalar(t: Tape, a: int, s: float) -> int:
     """value a * s"""
     return _record_vs(t, K_MUL, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_div_scalar(t: Tape, a: int, s: float) -> int:
     """value a / s"""
     return _record_vs(t, K_DIV, a, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_scalar_div(t: Tape, s: float, a: int) -> int:
     """s / value a"""
     return _record_sv(t, K_DIV, a, 0, s, 0.0)
 
 
 # Pair ops.
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_add(t: Tape, p: int, q: int) -> int:
     """pair p + pair q"""
     return _record_pp(t, K_ADD, p, q, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_sub(t: Tape, p: int, q: int) -> int:
     """pair p - pair q"""
     return _record_pp(t, K_SUB, p, q, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_mul(t: Tape, p: int, q: int) -> int:
     """pair p * pair q, elementwise"""
     return _record_pp(t, K_MUL, p, q, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_neg(t: Tape, p: int) -> int:
     """-pair p"""
     return _record_p(t, K_NEG, p, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_sigmoid(t: Tape, p: int) -> int:
     """(sigmoid(mg), sigmoid(eg))"""
     return _record_p(t, K_SIGMOID, p, 0, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_mul_scalar(t: Tape, p: int, s: float) -> int:
     """pair p * s"""
     return _record_ps(t, K_MUL, p, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_div_scalar(t: Tape, p: int, s: float) -> int:
     """pair p / s"""
     return _record_ps(t, K_DIV, p, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_scalar_div_pair(t: Tape, s: float, p: int) -> int:
     """(s / mg, s / eg)"""
     return _record_sp(t, K_DIV, p, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_mul_value(t: Tape, p: int, v: int) -> int:
     """pair p * value v"""
     return _record_pv(t, K_MUL, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_value_mul_pair(t: Tape, v: int, p: int) -> int:
     """value v * pair p"""
     return _record_vp(t, K_MUL, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_pair_div_value(t: Tape, p: int, v: int) -> int:
     """pair p / value v"""
     return _record_pv(t, K_DIV, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_value_div_pair(t: Tape, v: int, p: int) -> int:
     """(v / mg, v / eg)"""
     return _record_vp(t, K_DIV, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_eg_scale(t: Tape, p: int, s: float) -> int:
     """(mg, eg * s): endgame scaling"""
     return _record_eg_scale(t, 0, p, 0, s, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_add_clamped_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + v) with the eg half clamped so that it cannot change sign (0 stays 0)"""
     return _record_add_clamped_eg(t, 0, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_add_winnable_eg(t: Tape, p: int, v: int) -> int:
     """(mg, eg + w) with w = v if eg > 0 else -v, clamped so that eg cannot change sign (0 stays
     0): a "winnable" term that pulls eg towards or away from zero, whichever side is ahead"""
     return _record_add_winnable_eg(t, 0, p, v, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_eg_scale_by_sign(t: Tape, p: int, s_pos: float, s_nonpos: float) -> int:
     """(mg, eg * s_pos) if eg > 0 else (mg, eg * s_nonpos): endgame scaling by the strong side"""
     return _record_eg_scale_by_sign(t, 0, p, 0, s_pos, s_nonpos)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_phase(t: Tape, p: int, alpha: float) -> int:
     """value alpha * mg + (1 - alpha) * eg"""
     return _record_phase(t, 0, p, 0, alpha, 0.0)
@@ -1077,7 +1079,7 @@ def push_operand(t: Tape, index: int, coef: float) -> None:
     rec.counts[C_OPERANDS] = i + 1
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_sum(t: Tape, first: int) -> int:
     """Compensated (Neumaier) sum of the values pushed since `first` (coefficients ignored)."""
     n = t.rec.counts[C_OPERANDS] - first
@@ -1086,7 +1088,7 @@ def record_sum(t: Tape, first: int) -> int:
     return _record_sum(t, 0, first, n, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_lincomb_pair(t: Tape, first: int) -> int:
     """sum_i c_i * pair_i over the (pair, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first
@@ -1095,14 +1097,14 @@ def record_lincomb_pair(t: Tape, first: int) -> int:
     return append_checked_lincomb_pair(t, first, n)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def append_checked_lincomb_pair(t: Tape, first: int, n: int) -> int:
     """`record_lincomb_pair` of the `n` operands from `first`, already known to be pair slots in
     use (what `tuner.tape.linear.lin_record_pair` writes: parameters it checked)."""
     return _record_lincomb_pair(t, 0, first, n, 0.0, 0.0)
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def record_lincomb_value(t: Tape, first: int) -> int:
     """sum_i c_i * value_i over the (value, c) operands pushed since `first`."""
     n = t.rec.counts[C_OPERANDS] - first

@@ -231,7 +231,35 @@ NARROW_BELOW, NARROW_ABOVE = np.iinfo(np.int8).min - 1.0, np.iinfo(np.int8).max 
 U_NARROW_SLOT_MAX = np.uint64(NARROW_SLOT_MAX)
 U_SLOT_MAX = np.uint64(np.iinfo(np.int32).max)
 U_UNREAD = np.uint64(np.iinfo(np.uint64).max)
-U1 = np.uint64(1)
+U0, U1 = np.uint64(0), np.uint64(1)
+
+
+@njit(**INLINE)
+def _copy_list(r_idx, r_coef, q, count, c_index, c_coef, w, slot_map, n_par, narrow, mapped):
+    """Copy the `count` operands of a recording's list from `q` into a chunk's from `w`:
+    ``(unread, wide)``, whether one may not be read and whether one does not fit a narrow chunk
+    (see `_extract`). `mapped` (a constant at each call, so that each copy compiles to its own
+    loop: with False, one LLVM vectorises): rebase the slots from `n_par` on by `slot_map`
+    (`_remap`, written out in unsigned indices: no wraparound, a negative slot is a huge one);
+    without it every slot is a parameter, kept. The checks of every operand are folded into
+    the two flags, looked at after the list."""
+    n_map = np.uint64(slot_map.shape[0])
+    unread = False
+    wide = False
+    for _ in range(count):
+        x = np.uint64(np.int64(r_idx[q]))
+        if mapped and x >= n_par:
+            x = np.uint64(np.int64(slot_map[x])) if x < n_map else U_UNREAD
+        unread |= x > U_SLOT_MAX
+        c = r_coef[q]
+        fits = ((x <= U_NARROW_SLOT_MAX) & (c > NARROW_BELOW) & (c < NARROW_ABOVE)
+                & (np.floor(c) == c))
+        wide |= not fits
+        c_index[w] = x
+        c_coef[w] = c if fits | (not narrow) else 0.0  # (in range for i8)
+        q += U1
+        w += U1
+    return unread, wide
 
 
 @njit(**BORROWED)
@@ -280,29 +308,18 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
                     if first < 0 or count < 0 or first + count > n_opnd:
                         err[0], err[1], err[2] = E_OPERAND_INDEX, i, r
                         return
-                    # `_remap`, written out (a call per operand would cost reference counts),
-                    # in unsigned indices (no wraparound: a negative slot is a huge one), the
-                    # checks of every operand folded into two flags looked at after the list.
                     slot_map = pmap if FORM_NARY[form] == S_PAIR else vmap
                     n_par = np.uint64(n_pp if FORM_NARY[form] == S_PAIR else n_vp)
-                    n_map = np.uint64(slot_map.shape[0])
                     q = np.uint64(first)
-                    w = np.uint64(w_o)
-                    unread = False   # an operand that may not be read
-                    wide = False     # one that does not fit a narrow chunk
-                    for _ in range(count):
-                        x = np.uint64(np.int64(r_idx[q]))
-                        if x >= n_par:
-                            x = np.uint64(np.int64(slot_map[x])) if x < n_map else U_UNREAD
-                        unread |= x > U_SLOT_MAX
-                        c = r_coef[q]
-                        fits = (x <= U_NARROW_SLOT_MAX) & (c > NARROW_BELOW) & (c < NARROW_ABOVE)
-                        fits &= np.floor(c) == c
-                        wide |= not fits
-                        c_index[w] = x
-                        c_coef[w] = c if fits or not narrow else 0.0  # (in range for i8)
-                        q += U1
-                        w += U1
+                    top = U0   # the largest slot, unsigned (a negative one is huge)
+                    for e in range(count):
+                        top = max(top, np.uint64(np.int64(r_idx[q + np.uint64(e)])))
+                    if top < n_par:  # parameters only (the usual list): kept as they are
+                        unread, wide = _copy_list(r_idx, r_coef, q, count, c_index, c_coef,
+                                                  np.uint64(w_o), slot_map, n_par, narrow, False)
+                    else:
+                        unread, wide = _copy_list(r_idx, r_coef, q, count, c_index, c_coef,
+                                                  np.uint64(w_o), slot_map, n_par, narrow, True)
                     if unread:
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return

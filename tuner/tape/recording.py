@@ -8,11 +8,14 @@ A `Recording` is plain data in typed arrays, so `@njit` code receives it as one 
 * an n-ary record keeps its operands in ``opnd_index`` / ``opnd_coef`` from offset ``lhs``,
   ``rhs`` of them;
 * ``counts``: fill levels (the ``C_*`` constants), including how many value and pair slots the
-  records use and how many of those lead as parameters, and the *index error word*: the first
-  out-of-range index a recorder was handed (``C_ERROR`` and after, see below).
+  records use and how many of those lead as parameters, the *index error word*: the first
+  out-of-range index a recorder was handed (``C_ERROR`` and after, see below), and whether the
+  records are evaluated as they are appended (``C_EVALUATE``).
 
 It holds no values: those live in an `Arena` (`tuner.tape.arena`). A `Tape` is a recorder, a
-recording and the arena its records are forward-evaluated in as they are appended; every
+recording and the arena its records are forward-evaluated in as they are appended (unless the
+tape is made with ``evaluate=False``: a recording that is only frozen and replayed, as training
+does, never reads the values its recorder would compute, so it skips their cost); every
 ``record_*`` of `tuner.tape.ops` takes one. `reset` truncates back to the parameters, so one tape
 is reused for every micro-batch without allocating. Capacities are fixed when the tape is made;
 recording past one raises `TapeFullError` (never silent corruption), and `grow` returns a larger
@@ -34,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import BORROWED, JIT, INLINE
+from tuner.jit import JIT, INLINE, RECORDER
 
 from .arena import Arena, new_arena
 
@@ -51,7 +54,8 @@ C_ERROR_LIMIT = 8    # the bound it broke: valid indices are 0 .. limit - 1
 C_ERROR_RECORD = 9   # the record it concerns (the one being appended)
 C_ERROR_OPERAND = 10  # which operand: OPERAND_LHS, OPERAND_RHS, or OPERAND_LIST + i (list item i)
 C_ERROR_TAG = 11     # the tag of that record
-N_COUNTS = 12
+C_EVALUATE = 12      # 1: every record is forward-evaluated in the arena as it is appended
+N_COUNTS = 13
 
 # Index violations (C_ERROR).
 E_NONE = 0
@@ -89,11 +93,14 @@ class Tape(NamedTuple):
     arena: Arena
 
 
-def new_recording(n_value_params: int, n_pair_params: int, records: int, operands: int) -> Recording:
-    """An empty recording over `n_value_params` value and `n_pair_params` pair parameters."""
+def new_recording(n_value_params: int, n_pair_params: int, records: int, operands: int,
+                  evaluate: bool = True) -> Recording:
+    """An empty recording over `n_value_params` value and `n_pair_params` pair parameters
+    (`evaluate`: see ``C_EVALUATE``)."""
     counts = np.zeros(N_COUNTS, dtype=np.int64)
     counts[C_VALUES] = counts[C_VALUE_PARAMS] = n_value_params
     counts[C_PAIRS] = counts[C_PAIR_PARAMS] = n_pair_params
+    counts[C_EVALUATE] = evaluate
     return Recording(
         op=np.zeros(records, dtype=np.uint16), out=np.zeros(records, dtype=np.int32),
         lhs=np.zeros(records, dtype=np.int32), rhs=np.zeros(records, dtype=np.int32),
@@ -104,18 +111,20 @@ def new_recording(n_value_params: int, n_pair_params: int, records: int, operand
 
 def new_tape(n_value_params: int = 0, n_pair_params: int = 0, *, records: int = 1 << 16,
              values: int | None = None, pairs: int | None = None,
-             operands: int | None = None) -> Tape:
+             operands: int | None = None, evaluate: bool = True) -> Tape:
     """A tape whose first slots are `n_value_params` values and `n_pair_params` pairs (all zero).
 
     `records` bounds the number of ops; the arena capacities default to one output per record
-    beyond the parameters, and `operands` to 64 per record.
+    beyond the parameters, and `operands` to 64 per record. ``evaluate=False``: the recorders do
+    not run the records' forward functions, so the arena's values stay as they are (a recording
+    made only to be frozen and replayed; the slots are allocated all the same).
     """
     values = n_value_params + records if values is None else values
     pairs = n_pair_params + records if pairs is None else pairs
     operands = 64 * records if operands is None else operands
     if values < n_value_params or pairs < n_pair_params:
         raise ValueError("arena capacity is smaller than the number of parameters")
-    return Tape(new_recording(n_value_params, n_pair_params, records, operands),
+    return Tape(new_recording(n_value_params, n_pair_params, records, operands, evaluate),
                 new_arena(values, pairs))
 
 
@@ -186,7 +195,7 @@ def zero_param_grad(tape: Tape) -> None:
     tape.arena.pair_grad[: tape.rec.counts[C_PAIR_PARAMS]] = 0.0
 
 
-@njit(**BORROWED)
+@njit(**RECORDER)
 def ensure_room(tape: Tape, records: int, values: int, pairs: int, operands: int) -> None:
     """Raise TapeFullError unless that many more records, slots and operands fit."""
     c = tape.rec.counts

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import JIT
+from tuner.jit import BORROWED
 
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
@@ -39,7 +39,7 @@ EVAL, LOSS = 0, 1
 RECORD_MICRO = 2048
 
 
-@njit(**JIT)
+@njit(**BORROWED)
 def record_losses(tape, slots, results, rows, k, loss):
     """The loss of every position, record form `loss` (one of `tuner.tape.ops.LOSS_FORMS`) with
     K and the target as the record's scalars: ``slots[LOSS, i]`` from ``slots[EVAL, i]``."""
@@ -48,10 +48,12 @@ def record_losses(tape, slots, results, rows, k, loss):
 
 
 def new_training_tape(registry, micro: int):
-    """A tape sized for `micro` positions of an evaluation with `registry`'s parameters."""
+    """A tape sized for `micro` positions of an evaluation with `registry`'s parameters. It
+    does not evaluate its records as they are appended (``evaluate=False``): training freezes
+    and replays them, and never reads the values recording would compute."""
     return new_tape(registry.n_values, registry.n_params,
                     records=micro * RECORDS_PER_POSITION + 8,
-                    operands=micro * OPERANDS_PER_POSITION + 8)
+                    operands=micro * OPERANDS_PER_POSITION + 8, evaluate=False)
 
 
 class Labelled(NamedTuple):
