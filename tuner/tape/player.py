@@ -235,14 +235,16 @@ U0, U1 = np.uint64(0), np.uint64(1)
 
 
 @njit(**INLINE)
-def _copy_list(r_idx, r_coef, q, count, c_index, c_coef, w, slot_map, n_par, narrow, mapped):
-    """Copy the `count` operands of a recording's list from `q` into a chunk's from `w`:
-    ``(unread, wide)``, whether one may not be read and whether one does not fit a narrow chunk
-    (see `_extract`). `mapped` (a constant at each call, so that each copy compiles to its own
-    loop: with False, one LLVM vectorises): rebase the slots from `n_par` on by `slot_map`
-    (`_remap`, written out in unsigned indices: no wraparound, a negative slot is a huge one);
-    without it every slot is a parameter, kept. The checks of every operand are folded into
-    the two flags, looked at after the list."""
+def _copy_list(rec: Recording, ch: Chunk, q, count, w, remap, narrow, mapped):
+    """Copy the `count` operands of `rec`'s list from `q` into `ch`'s from `w`: ``(unread,
+    wide)``, whether one may not be read and whether one does not fit a narrow chunk (see
+    `_extract`). `mapped` (a constant at each call, so that each copy compiles to its own loop:
+    with False, one LLVM vectorises): rebase the slots from `n_par` on by `slot_map` (``remap =
+    (slot_map, n_par)``; `_remap`, written out in unsigned indices: no wraparound, a negative
+    slot is a huge one); without it every slot is a parameter, kept. The checks of every
+    operand are folded into the two flags, looked at after the list."""
+    r_idx, r_coef, c_index, c_coef = rec.opnd_index, rec.opnd_coef, ch.index, ch.coef
+    slot_map, n_par = remap
     n_map = np.uint64(slot_map.shape[0])
     unread = False
     wide = False
@@ -276,9 +278,9 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
     rc = rec.counts
     n_vp, n_pp, n_opnd = rc[C_VALUE_PARAMS], rc[C_PAIR_PARAMS], rc[C_OPERANDS]
     r_op, r_out, r_lhs, r_rhs, r_sc = rec.op, rec.out, rec.lhs, rec.rhs, rec.scalar
-    r_idx, r_coef = rec.opnd_index, rec.opnd_coef
+    r_idx = rec.opnd_index
     t_first, t_rec, t_info, tmpl = ch.t_first, ch.t_rec, ch.t_info, ch.tmpl
-    c_scal, c_nary, c_index, c_coef = ch.scal, ch.nary, ch.index, ch.coef
+    c_scal, c_nary = ch.scal, ch.nary
     n_seg, n = outputs.shape
     n_cols = TI_OUTPUTS + n_seg
     cnt = ch.counts
@@ -314,12 +316,13 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
                     top = U0   # the largest slot, unsigned (a negative one is huge)
                     for e in range(count):
                         top = max(top, np.uint64(np.int64(r_idx[q + np.uint64(e)])))
+                    remap = (slot_map, n_par)
                     if top < n_par:  # parameters only (the usual list): kept as they are
-                        unread, wide = _copy_list(r_idx, r_coef, q, count, c_index, c_coef,
-                                                  np.uint64(w_o), slot_map, n_par, narrow, False)
+                        unread, wide = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
+                                                  narrow, False)
                     else:
-                        unread, wide = _copy_list(r_idx, r_coef, q, count, c_index, c_coef,
-                                                  np.uint64(w_o), slot_map, n_par, narrow, True)
+                        unread, wide = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
+                                                  narrow, True)
                     if unread:
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return

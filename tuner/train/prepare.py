@@ -170,9 +170,9 @@ class Preparation:
         in `order`, if given: `StoreRecorder`), with the observer's record events (`finish` it
         inside)."""
         self.observer.record_start(expected)
-        recorder = StoreRecorder(self.evaluation, self.k, self.n_threads, expected=expected,
-                                 progress=self.observer.record_progress, loss=self.loss,
-                                 order=order)
+        recorder = StoreRecorder(self.evaluation, self.k, self.n_threads,
+                                 stored=expected if order is None else order,
+                                 progress=self.observer.record_progress, loss=self.loss)
         try:
             yield recorder
         except FreezeError as e:

@@ -99,22 +99,23 @@ REORDER_CHUNK = 1 << 16
 
 
 class _Parts:
-    """A recording order `order` (rows of the `n` positions given, in the store's order) cut into
-    contiguous parts of `size` positions: `of` (uint8[n]) is each position's part (NO_PART: in
-    none), `local(p)` where the rows of part p lie among its positions in the order given."""
+    """A recording order `order` (rows of the positions given, in the store's order) cut into
+    contiguous parts of `size` positions: `of` (uint8, up to the last row in the order) is each
+    position's part (NO_PART: in none; so is every position after it), `local(p)` where the rows
+    of part p lie among its positions in the order given."""
 
-    def __init__(self, order: np.ndarray, n: int):
+    def __init__(self, order: np.ndarray):
         self.order = order
         self.size = max(1, math.ceil(len(order) / RECORD_PARTS))
         self.count = math.ceil(len(order) / self.size)
-        self.of = np.full(n, NO_PART, np.uint8)
+        self.of = np.full(int(order.max()) + 1 if len(order) else 0, NO_PART, np.uint8)
         for p in range(self.count):
             self.of[order[p * self.size: (p + 1) * self.size]] = p
 
     def split(self, first: int, n: int) -> list[tuple[int, np.ndarray]]:
         """``(part, indices)`` of every part with positions among the `n` given from position
         `first` on: which of them (in the order given) are in it."""
-        parts = self.of[first: first + n]
+        parts = self.of[first: first + n]  # shorter past the last row in the order: in none
         by_part = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[by_part], np.arange(self.count + 1))
         return [(p, by_part[lo:hi]) for p, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
@@ -152,11 +153,11 @@ class StoreRecorder:
     before it), so the recordings are never all held at once either; the store is the same for
     any thread count and any batches. With several threads, `add` returns as soon as the batch's
     recording has started, so that the caller reads the next batch meanwhile; the next `add`
-    (or `finish`) waits for it and raises what it raised. `expected` positions (a hint) size the
+    (or `finish`) waits for it and raises what it raised. `stored` positions (a hint) size the
     store's arrays. `progress(n)` is called (from the worker threads) after each micro-batch of
     n positions.
 
-    Given an `order` (a blocks run's `tuner.train.stream.record_order`: rows of the `expected`
+    Given, as `stored`, an order (a blocks run's `tuner.train.stream.record_order`: rows of the
     positions that will be given, in the store's order), the store holds the positions in that
     order, bitwise the store of them given in that order, and positions not in it are dropped.
     The order is cut into `RECORD_PARTS` contiguous parts, each with its own builder (and
@@ -166,14 +167,14 @@ class StoreRecorder:
     """
 
     def __init__(self, evaluation, k: float, n_threads: int, micro: int = RECORD_MICRO,
-                 expected: int = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR,
-                 order: np.ndarray | None = None):
+                 stored: int | np.ndarray = 0, progress=None, loss: int = F_SIGMOID_SQ_ERR):
         reg = evaluation.registry
         self.evaluation, self.k, self.loss, self.micro = evaluation, k, loss, micro
         self.n_threads, self.progress = n_threads, progress
-        self.parts = None if order is None else _Parts(order, expected)
-        self.expected = expected if order is None else len(order)
-        sizes = [expected] if order is None else [self.parts.size] * self.parts.count
+        ordered = isinstance(stored, np.ndarray)
+        self.parts = _Parts(stored) if ordered else None
+        self.expected = len(stored) if ordered else stored
+        sizes = [self.parts.size] * self.parts.count if ordered else [stored]
         self.builders = [StoreBuilder(reg.n_values, reg.n_params, size) for size in sizes]
         self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
         self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
