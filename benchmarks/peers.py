@@ -45,12 +45,12 @@ TEXEL_TUNER = "texel-tuner"
 #: Clockwork's two tuners: build-clockwork.sh's mode -> the evaluation of ours they compare with.
 CLOCKWORK = {"seed": "clockwork", "head": "clockwork-10d79e6"}
 #: Our modes: the [training] settings each adds to the base run ("replay": the default shuffle;
-#: a mode equal to another is run once). The last three exist once the configuration accepts
-#: them (`our_modes`).
+#: "full-batch" in file order, as texel-tuner; a mode equal to another is run once). The last
+#: three exist once the configuration accepts them (`our_modes`).
 MODES = {"replay": {"mode": "replay"}, "eager": {"mode": "eager"},
          "positions": {"mode": "replay", "shuffle": "positions"},
          "blocks": {"mode": "replay", "shuffle": "blocks"},
-         "full-batch": {"mode": "replay", "batch_size": "all"}}
+         "full-batch": {"mode": "replay", "batch_size": "all", "shuffle": "positions"}}
 RESULT_CHAR = {1.0: "w", 0.5: "d", 0.0: "b"}  # Clockwork's result field (white's view)
 
 
