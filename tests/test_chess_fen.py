@@ -557,7 +557,7 @@ def test_full_dataset_round_trip(name):
 
 @njit
 def _reporting_parse(offsets, data, out, status):
-    """parse_fens without the fast paths (`_scan_placement`, `_fast_tail`): the parsers that
+    """parse_fens without the fast path (`_scan_placement`): the parsers that
     say what is wrong, alone."""
     for r in range(out.shape[0]):
         bbs = out[r]

@@ -88,10 +88,6 @@ SCAN_FULL_BOARD = BOARD_SIZE * BOARD_SIZE + (BOARD_SIZE - 1 << SCAN_RANK_SHIFT)
 #: The scan's slash word of a valid placement: rank k's slash (k = 1..7 from the top) at bit 8k.
 SCAN_SLASH_BITS = U64(0x0101010101010100)
 SCAN_POS_MASK = U64(63)  # the square of the scan's position (top rank first) within its word
-TAIL_FIELDS = 5  # side to move, castling, en passant, the two clocks
-TAIL_SPACES = 8  # slots of `_fast_tail`'s spaces (a power of two above TAIL_FIELDS)
-#: The longest tail `_fast_tail` reads: " b KQkq e3 100 9999".
-TAIL_MAX_BYTES = 19
 
 
 def _build_char_tables():
@@ -388,60 +384,10 @@ def _parse_tail(data, e, end, bbs):
 
 
 @njit(**INLINE)
-def _fast_tail(data, e, end, bbs, spaces):
-    """`_parse_tail` for the form of nearly every FEN of a data set: the five fields after the
-    placement each after one space, none after the last. True (bbs[W_META] written) when the
-    fields are in that form and valid; False, bbs untouched, for anything else, which
-    `_parse_tail` then reads (and tells what is wrong with).
-
-    One pass finds the spaces (spaces: TAIL_SPACES int64 words) instead of `_field`'s two per
-    field; the fields are then those `_parse_tail` would find, read by the same parsers."""
-    if end - e > TAIL_MAX_BYTES:
-        return False
-    n = 0
-    other_ws = False
-    for k in range(e, end):
-        c = data[k]
-        spaces[n & (TAIL_SPACES - 1)] = k  # the slot stays k's only if k is a space
-        is_space = c == CH_SPACE
-        n += is_space
-        other_ws |= _IS_WS[c] and not is_space
-    if n != TAIL_FIELDS or other_ws or spaces[0] != e or spaces[1] != e + 2:
-        return False
-    for k in range(1, TAIL_FIELDS - 1):
-        if spaces[k + 1] - spaces[k] < 2:  # an empty field
-            return False
-    if end - spaces[TAIL_FIELDS - 1] < 2:
-        return False
-    c = data[e + 1]
-    if c != CH_WHITE and c != CH_BLACK:
-        return False
-    stm = 0 if c == CH_WHITE else 1
-    if check_status(bbs, stm) != FenStatus.OK:
-        return False
-    status, castling = _parse_castling(data, spaces[1] + 1, spaces[2], bbs)
-    if status != FenStatus.OK:
-        return False
-    status, ep = _parse_ep(data, spaces[2] + 1, spaces[3], bbs, stm)
-    if status != FenStatus.OK:
-        return False
-    status, halfmove = _parse_clock(data, spaces[3] + 1, spaces[4], FenStatus.HM_SYNTAX,
-                                    FenStatus.HM_ZERO, FenStatus.HM_RANGE, 0, MAX_HALFMOVE)
-    if status != FenStatus.OK:
-        return False
-    status, fullmove = _parse_clock(data, spaces[4] + 1, end, FenStatus.FM_SYNTAX,
-                                    FenStatus.FM_ZERO, FenStatus.FM_RANGE, 1, MAX_FULLMOVE)
-    if status != FenStatus.OK:
-        return False
-    bbs[W_META] = _pack_meta(stm, castling, ep, halfmove, fullmove)
-    return True
-
-
-@njit(**INLINE)
-def _parse_fields(data, start, end, bbs, scratch, spaces):
+def _parse_fields(data, start, end, bbs, scratch):
     """Every field of the FEN in data[start:end] into bbs (all zero on entry); the status. The
-    fast paths first (`_scan_placement`, `_fast_tail`), the parsers that tell what is wrong
-    when they fail."""
+    placement's fast path first (`_scan_placement`), the parser that tells what is wrong when it
+    fails."""
     s = _skip_ws(data, start, end)
     if s == end:
         return pack_status(FenStatus.EMPTY, 0, 0)
@@ -453,20 +399,18 @@ def _parse_fields(data, start, end, bbs, scratch, spaces):
     status = material_status(bbs)
     if status != FenStatus.OK:
         return status
-    if _fast_tail(data, e, end, bbs, spaces):
-        return np.int32(FenStatus.OK)
     return _parse_tail(data, e, end, bbs)
 
 
 @njit(**INLINE)
-def _parse_row(data, start, end, out, row, scratch, spaces):
-    """Parse the FEN in data[start:end] into out[row] (scratch: SCAN_WORDS words, spaces:
-    TAIL_SPACES); the status. A rejected row is all zero. Inlined into the loop over the rows: a
-    call per row would cost the reference counting of its arrays."""
+def _parse_row(data, start, end, out, row, scratch):
+    """Parse the FEN in data[start:end] into out[row] (scratch: SCAN_WORDS words); the status.
+    A rejected row is all zero. Inlined into the loop over the rows: a call per row would cost
+    the reference counting of its arrays."""
     bbs = out[row]
     for k in range(POSITION_WORDS):
         bbs[k] = U64(0)
-    status = _parse_fields(data, start, end, bbs, scratch, spaces)
+    status = _parse_fields(data, start, end, bbs, scratch)
     if status != FenStatus.OK:
         for k in range(POSITION_WORDS):
             bbs[k] = U64(0)
@@ -477,16 +421,14 @@ def _parse_row(data, start, end, out, row, scratch, spaces):
 def _parse_fens_core(offsets, data, positions, status):
     """Row r of `positions` and `status`: the FEN in data[offsets[r]:offsets[r + 1]]."""
     scratch = np.empty(SCAN_WORDS, np.uint64)
-    spaces = np.empty(TAIL_SPACES, np.int64)
     for r in range(positions.shape[0]):
-        status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r, scratch, spaces)
+        status[r] = _parse_row(data, offsets[r], offsets[r + 1], positions, r, scratch)
 
 
 @njit(**JIT)
 def _parse_one(data, out):
     """The FEN that is all of `data` into out[0]; the status (`parse_fen`'s core)."""
-    return _parse_row(data, 0, data.shape[0], out, 0, np.empty(SCAN_WORDS, np.uint64),
-                      np.empty(TAIL_SPACES, np.int64))
+    return _parse_row(data, 0, data.shape[0], out, 0, np.empty(SCAN_WORDS, np.uint64))
 
 
 # ---------------------------------------------------------------------------------------------
