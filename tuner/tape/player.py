@@ -51,7 +51,7 @@ from numba.extending import intrinsic
 
 from .ops import (F_LINCOMB_PAIR, F_PHASE, FORM_LHS, FORM_NARY, FORM_OUT, FORM_RHS, FORM_SCALARS,
                   FORM_TABLE, KERNEL_BITS, LOSS_FORMS, S_NONE, S_PAIR, S_VALUE,
-                  VALID_TAG, call, form_functions, index_error, tag_name)
+                  VALID_TAG, call, form_functions, index_error, operand, tag_name)
 from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_PARAMS, C_VALUES,
                         Recording)
 
@@ -1228,28 +1228,14 @@ def build_store(chunks: list[Chunk], n_value_params: int, n_pair_params: int) ->
 
 
 @njit(**JIT)
-def _lists_into(flat, off, rows, out):
-    """The per-position lists ``flat[off[p]:off[p + 1]]`` of positions `rows`, concatenated into
-    `out` (their total length)."""
+def _operands_into(idx, coef, bits, off, rows, index, coef_out):
+    """The operands of positions `rows` of a store (``idx``, ``coef``, its `coef_bits` `bits`;
+    ``off``: each position's first), read by `tuner.tape.ops.operand` into slots `index` and
+    coefficients `coef_out` (their total length)."""
     w = 0
     for p in rows:
         for q in range(off[p], off[p + 1]):
-            out[w] = flat[q]
-            w += 1
-
-
-@njit(**JIT)
-def _unpacked_into(words, off, rows, bits, index, coef):
-    """The operands of positions `rows` of a store whose operands are u16 `words` with `bits`
-    coefficient bits (``off``: each position's first), unpacked into slots `index` and
-    coefficients `coef` (their total length)."""
-    mask, offset = (1 << bits) - 1, 1 << (bits - 1)
-    w = 0
-    for p in rows:
-        for q in range(off[p], off[p + 1]):
-            x = np.int64(words[q])
-            index[w] = x >> bits
-            coef[w] = (x & mask) - offset
+            index[w], coef_out[w] = operand(idx, coef, q, bits)
             w += 1
 
 
@@ -1325,11 +1311,9 @@ def store_chunk(store: Store, rows: np.ndarray) -> Chunk:
         # or not, the one that the chunks of the store's positions promote to (a coefficient
         # beyond i8 needs more than 8 bits), which is all the builder's promotion keeps.
         coef = np.empty(m, np.int8 if bits <= 8 else np.int16)
-        _unpacked_into(store.index, store.opnd_off, rows, bits, index, coef)
     else:  # (the dtypes of the store: the widest of its chunks', which the builder promotes to)
         coef = np.empty(m, store.coef.dtype)
-        _lists_into(store.index, store.opnd_off, rows, index)
-        _lists_into(store.coef, store.opnd_off, rows, coef)
+    _operands_into(store.index, store.coef, bits, store.opnd_off, rows, index, coef)
     counts = np.array([len(used), len(t_rec), len(scal), len(nary), m], np.int64)
     return Chunk(t_first, t_rec, t_info, local_of[tmpl].astype(np.int32), n_opnd, n_scal,
                  n_nary, scal, nary, index, coef, counts)
