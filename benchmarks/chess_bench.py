@@ -9,6 +9,7 @@ classical ray sliders, attacker_counts per position).
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -21,8 +22,12 @@ from tuner.chess import attacks as A
 from tuner.chess.bitboard import lsb
 from tuner.chess.fen import parse_fen, parse_fen_array, parse_fens, to_fen
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the magic sliders live with the tests they cross-check
+import magic_sliders  # noqa: E402
+
 U64 = np.uint64
-DEFAULT = str(Path(__file__).resolve().parent.parent / "tuner" / "samples" / "selfplay-std.parquet")
+DEFAULT = str(REPO / "tuner" / "samples" / "selfplay-std.parquet")
 
 
 def _median_time(fn, runs):
@@ -49,7 +54,8 @@ def _sliders(pos, magic):
             s = lsb(bb)
             bb &= bb - U64(1)
             if magic:
-                acc ^= A.rook_attacks_magic(s, occ) ^ A.bishop_attacks_magic(s, occ)
+                acc ^= (magic_sliders.rook_attacks_magic(s, occ)
+                        ^ magic_sliders.bishop_attacks_magic(s, occ))
             else:
                 acc ^= A.rook_attacks(s, occ) ^ A.bishop_attacks(s, occ)
     return acc
