@@ -302,8 +302,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        "recorded once in a random order drawn from shuffle_seed, and each epoch "
                        "shuffles blocks of shuffle_block consecutive ones, so that a block is a "
                        "random sample yet contiguous in the store and a batch is read as "
-                       "batch_size / shuffle_block contiguous runs (such a run holds its "
-                       "positions in memory while recording; not for trace evaluations). "
+                       "batch_size / shuffle_block contiguous runs (a replay run streams its "
+                       "data in two passes, the second recording each position into its part "
+                       "of the order). "
                        "The default is 'blocks': at shuffle_block = 64 it converges as "
                        "'positions' does on the shipped sample, and its epochs are faster.",
                        _one_of(*SHUFFLES)),

@@ -370,17 +370,30 @@ def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> 
     if not len(starts):
         return train
     order = np.empty_like(train)
-    _batches_of_blocks(train, starts, size, batch_positions(training, len(train)), order)
+    _batches_of_blocks(train, starts, size, batch_positions(training, len(train)),
+                       _is_identity(train), order)
     return order
 
 
 @njit(**JIT)
-def _batches_of_blocks(train, starts, size, batch, out) -> None:
+def _is_identity(rows) -> bool:
+    """Whether `rows` are ``0, 1, ..., len(rows) - 1`` (a blocks run's training rows,
+    `_store_rows`)."""
+    for i in range(rows.shape[0]):
+        if rows[i] != i:
+            return False
+    return True
+
+
+@njit(**JIT)
+def _batches_of_blocks(train, starts, size, batch, identity, out) -> None:
     """`out` = the blocks of `size` consecutive positions of `train` that begin at the indices
     `starts` (the last block of `train` may be shorter), one after the other, cut into batches
     of `batch` positions, and inside each batch its blocks (or the parts of the blocks a batch
     cut holds) in increasing order of their place in `train`: a sort of the batch's few hundred
-    block starts instead of its positions."""
+    block starts instead of its positions. `identity`: `train` is ``0..len(train) - 1``
+    (`_is_identity`), so a position's index is its row and `train`, whose blocks are read at
+    random, is not read (at 6.97 M positions 15 ms instead of 50)."""
     n = train.shape[0]
     # A batch holds at most batch // size + 2 blocks in part or whole (every block but the
     # first and the last whole), and never more than there are.
@@ -408,7 +421,7 @@ def _batches_of_blocks(train, starts, size, batch, out) -> None:
                 taken += t
         for j in np.argsort(lo[:m]):
             for i in range(lo[j], hi[j]):
-                out[pos] = train[i]
+                out[pos] = i if identity else train[i]
                 pos += 1
 
 
