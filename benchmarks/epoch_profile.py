@@ -4,8 +4,8 @@ Records the replay store of the shipped sample tiled to --positions (default 2 M
 evaluation, then times, on each thread count asked for (median of --repeat after a warm-up
 call, wall and the process's CPU time): a whole epoch's `Workers.loss_grad` over every position
 in store order (the full batch) and over the shuffled batches of --batch (--shuffle: every
-position anew, the default here, or blocks of --block consecutive rows, as `epoch_order` draws
-them), and their parts: drawing the epoch's order (`epoch_order`), putting a batch in store
+position anew, the default here, or blocks of --block consecutive rows, as `epoch_batches` draws
+them), and their parts: drawing the epoch's batches (`epoch_batches`), putting a batch in store
 order (`store_order`'s bitmap sort), cutting it into chunks, computing the chunks (the player,
 with the per-chunk zeroing and copying of the gradients), reducing the chunk gradients, and the
 optimiser's step; plus the player in cache (the first --cache-positions positions played over
@@ -28,7 +28,7 @@ from tuner.train.bench import tiled_data
 from tuner.train.config import DEFAULT_SHUFFLE_BLOCK, SHUFFLES
 from tuner.train.kernels import AdamW, Batch, adamw_step, cut_chunks
 from tuner.train.record import record_store
-from tuner.train.stream import epoch_order
+from tuner.train.stream import epoch_batches
 from tuner.train.workers import ReplaySource, Workers, split_params
 
 DEFAULT_POSITIONS = 2_000_000
@@ -38,9 +38,7 @@ DEFAULT_BATCH = 262_144
 def shuffled_batches(n: int, training: dict) -> list[np.ndarray]:
     """An epoch's batches of rows 0..n-1 under the ``[training]`` settings `training` (the
     shuffle seed 0's first epoch)."""
-    order = epoch_order(np.arange(n), np.random.default_rng(0), training)
-    bs = training["batch_size"]
-    return [order[b: b + bs] for b in range(0, n, bs)]
+    return [b.copy() for b in epoch_batches(np.arange(n), np.random.default_rng(0), training)]
 
 
 def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat: int,
@@ -87,7 +85,7 @@ def parts(workers: Workers, theta: np.ndarray, batches: list[np.ndarray], repeat
             workers.loss_grad(theta, b)
 
     return {name: timeit(fn, repeat) for name, fn in
-            [("epoch order", order), ("loss_grad (all of it)", whole),
+            [("epoch batches", order), ("loss_grad (all of it)", whole),
              ("store order (bitmap sort)", sort),
              ("cut_chunks", cut), ("compute chunks (player)", compute),
              ("reduce_chunks", reduce), ("optimiser step", step)]}
@@ -119,11 +117,13 @@ def main():
     how = "" if a.shuffle == SHUFFLES[0] else f", blocks of {a.block:,}"
     source = ReplaySource(store)
     cache_rows = np.arange(min(n, a.cache_positions))
+    rows = np.arange(n)
     for t in a.threads:
         for label, batches, draw in [
                 ("full batch", [np.arange(n)], lambda: None),
                 (f"shuffled batches of {a.batch:,}{how}", shuffled,
-                 lambda: shuffled_batches(n, training))]:
+                 lambda: sum(1 for _ in epoch_batches(rows, np.random.default_rng(0),
+                                                       training)))]:
             w = Workers(source, t, MICRO, max(len(b) for b in batches))
             w.loss_grad(theta, batches[0][:MICRO])  # compiled (or loaded) untimed
             got = parts(w, theta, batches, a.repeat, draw)

@@ -12,7 +12,7 @@ import pytest
 from test_train_determinism import _assert_same_run, _checkpoint
 from tuner.train.config import RESUME_FREE, ConfigError, validate
 from tuner.train.loop import Run, start_run
-from tuner.train.stream import epoch_order, in_record_order
+from tuner.train.stream import epoch_batches, in_record_order
 from tuner.train.workers import Workers
 
 #: The modes under test: (batch_size, shuffle, shuffle_block).
@@ -131,7 +131,7 @@ def test_record_order_is_a_seeded_permutation_of_the_training_positions(tiny_dat
 
 def _blocks_then_sorted(train, seed, batch, size):
     """The reference of a blocks epoch's order: the shuffled blocks one after the other (what
-    `epoch_order` returned before it sorted the batches), then each batch's positions in their
+    `epoch_batches` gave before it sorted the batches), then each batch's positions in their
     order in `train` (what `Workers.loss_grad`'s sort made of them)."""
     starts = np.random.default_rng(seed).permutation(-(-len(train) // size)) * size
     at = np.concatenate([np.arange(lo, min(lo + size, len(train))) for lo in starts])
@@ -141,19 +141,24 @@ def _blocks_then_sorted(train, seed, batch, size):
 @pytest.mark.parametrize("n, batch, size", [(1000, 100, 64), (1000, 128, 64), (1000, 5000, 64),
                                             (1000, 100, 3000), (1000, 1, 7), (1, 4, 4),
                                             (999, 250, 1)])
-@pytest.mark.parametrize("increasing", [True, False])
-def test_epoch_order_of_blocks(n, batch, size, increasing):
-    train = np.arange(10, 10 + n)
+@pytest.mark.parametrize("kind", ["store rows", "increasing", "shuffled"])
+def test_epoch_batches_of_blocks(n, batch, size, kind):
+    """A blocks run's training rows are 0..n-1 (`_batch_of_blocks` then reads no `train`);
+    others are read from `train`."""
+    train = np.arange(n) if kind == "store rows" else np.arange(10, 10 + n)
+    increasing = kind != "shuffled"
     if not increasing:  # the batches then follow `train`'s order, not the rows'
         train = np.random.default_rng(1).permutation(train)
     training = {"batch_size": batch, "shuffle": "blocks", "shuffle_block": size}
-    order = epoch_order(train, np.random.default_rng(0), training)
+    batches = [b.copy() for b in epoch_batches(train, np.random.default_rng(0), training)]
+    assert [len(b) for b in batches] == [min(batch, n - lo) for lo in range(0, n, batch)]
+    order = np.concatenate(batches)
     assert order.dtype == train.dtype
     assert np.array_equal(order, _blocks_then_sorted(train, 0, batch, size))
     if increasing:  # in store order: `Workers.loss_grad` has nothing to sort
-        for b in range(0, n, batch):
-            assert np.all(np.diff(order[b: b + batch]) > 0)
-    assert np.array_equal(epoch_order(train, None, {**training, "batch_size": "all"}), train)
+        assert all(np.all(np.diff(b) > 0) for b in batches)
+    (whole,) = epoch_batches(train, None, {**training, "batch_size": "all"})
+    assert np.array_equal(whole, train)
 
 
 @pytest.mark.parametrize("mode, train, threads", [("blocks", "replay", (1, 2, 1)),

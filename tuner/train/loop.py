@@ -58,7 +58,7 @@ from .rundir import (RUN_META, RunBusyError, RunLock, RunMetaError, claim_new_di
                      discard_new_run, read_meta, write_meta)
 from .schedule import check_patterns, learning_rate, trainable_mask
 from .storecache import store_cache
-from .stream import Data, batch_positions, epoch_order, find_data, load_data
+from .stream import Data, batch_positions, epoch_batches, find_data, load_data
 from .targets import mse_at
 from tuner.tape.player import FreezeError
 from .workers import Workers, resolve_threads, split_params
@@ -313,21 +313,21 @@ class Run:
         return ClusterWorkers(source, train, spec, self.cluster, self.log)
 
     def run_epoch(self, data: Data, workers: Workers) -> dict:
-        """One epoch of batches of `data`'s training positions (`epoch_order`), then the validation
+        """One epoch of batches of `data`'s training positions (`epoch_batches`), then the validation
         loss; the epoch's `HISTORY_FIELDS`."""
         tr = self.cfg["training"]
         s, e, bs = self.state, self.state.epoch, batch_positions(tr, len(data.train))
         lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
         mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
         pull = Pull(self.cfg["optimizer"]["pull"], s.theta0)
-        order = epoch_order(data.train, s.rng, tr)
+        batches = epoch_batches(data.train, s.rng, tr)
+        n = len(data.train)
         t0 = time.perf_counter()
         sse_total = []
         shown = 0.0
-        self.observer.epoch_start(e + 1, self.epochs, len(order))
+        self.observer.epoch_start(e + 1, self.epochs, n)
         try:
-            for b in range(math.ceil(len(order) / bs)):
-                batch = order[b * bs:(b + 1) * bs]
+            for b, batch in enumerate(batches):
                 sse, grad = workers.loss_grad(s.theta, batch)
                 sse += len(batch) * pull.value(s.theta)  # the batch's objective, summed
                 pull.add_gradient(grad, s.theta)
@@ -340,7 +340,7 @@ class Run:
                                   f"+-{MAX_PARAM:g} (or is not finite)")
                 sse_total.append(sse)
                 shown += sse  # the progress line's running mean (the epoch's loss: fsum below)
-                done = min(len(order), (b + 1) * bs)
+                done = min(n, (b + 1) * bs)
                 self.observer.epoch_progress(done, shown / done)
         finally:
             self.observer.epoch_end()
@@ -350,8 +350,8 @@ class Run:
             val_loss = workers.loss_grad(s.theta, data.val, with_grad=False)[0] / len(data.val)
             if not math.isfinite(val_loss):
                 self.diverged(f"epoch {e + 1}: the validation loss is {val_loss}")
-        return dict(epoch=e + 1, train_loss=math.fsum(sse_total) / len(order), val_loss=val_loss,
-                    lr=lr, seconds=train_seconds, positions_per_s=len(order) / train_seconds)
+        return dict(epoch=e + 1, train_loss=math.fsum(sse_total) / n, val_loss=val_loss,
+                    lr=lr, seconds=train_seconds, positions_per_s=n / train_seconds)
 
     def diverged(self, what: str):
         """Stop the run: say what happened and which checkpoint is kept."""

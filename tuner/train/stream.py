@@ -43,7 +43,7 @@ import hashlib
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -343,18 +343,24 @@ def in_record_order(data: Data, shuffle_seed: int) -> Data:
                 data.val_games)
 
 
-def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> np.ndarray:
-    """The order of an epoch's training positions `train` under the ``[training]`` settings
-    `training`, drawn from the run's shuffle `rng`: ``batch_size = "all"`` takes them as they are
-    (one step over every position in store order; `rng` is not drawn from), ``shuffle =
-    "positions"`` shuffles the positions, ``"blocks"`` shuffles the blocks of ``shuffle_block``
-    consecutive positions of `train` (the last block may be shorter) and puts each batch's
-    positions in their order in `train` (`_batches_of_blocks`): a blocks run's training rows
-    are its store's first rows in order (`in_record_order`), so its batches come in store order
-    and `Workers.loss_grad` has nothing to sort (the same rows in the same order as its sort
-    would give, so the same bits)."""
+def epoch_batches(train: np.ndarray, rng: np.random.Generator,
+                  training: dict) -> Iterator[np.ndarray]:
+    """The batches of an epoch over the training positions `train` under the ``[training]``
+    settings `training`, their shuffle drawn from the run's `rng` now (before the first batch
+    is asked for): ``batch_size = "all"`` is one batch of `train` as it is (one step over every
+    position in store order; `rng` is not drawn from), ``shuffle = "positions"`` shuffles the
+    positions and cuts them into batches of ``batch_size``, ``"blocks"`` shuffles the blocks of
+    ``shuffle_block`` consecutive positions of `train` (the last block may be shorter) and cuts
+    them into batches, each batch's positions in their order in `train` (`_batch_of_blocks`): a
+    blocks run's training rows are its store's first rows in order (`in_record_order`), so its
+    batches come in store order and `Workers.loss_grad` has nothing to sort (the same rows in
+    the same order as its sort would give, so the same bits). A blocks batch is made when it is
+    asked for, in a buffer the next one reuses (a batch is valid until the next is drawn): no
+    array of the epoch's order, whose pages each epoch would fault in anew, and the batch is
+    still in cache when the workers read it."""
     if training["batch_size"] == FULL_BATCH:
-        return train
+        return iter([train] if len(train) else [])
+    batch = batch_positions(training, len(train))
     if training["shuffle"] == "positions":
         # ``train[rng.permutation(len(train))]`` in one array of `train`'s dtype: shuffling
         # 0..n-1 of any dtype draws what `permutation` draws, and the rows replace the
@@ -364,15 +370,23 @@ def epoch_order(train: np.ndarray, rng: np.random.Generator, training: dict) -> 
         for lo in range(0, len(order), ORDER_BLOCK):
             block = order[lo: lo + ORDER_BLOCK]
             block[:] = train[block]
-        return order
+        return (order[lo: lo + batch] for lo in range(0, len(order), batch))
     size = training["shuffle_block"]
     starts = rng.permutation(math.ceil(len(train) / size)) * size
-    if not len(starts):
-        return train
-    order = np.empty_like(train)
-    _batches_of_blocks(train, starts, size, batch_positions(training, len(train)),
-                       _is_identity(train), order)
-    return order
+    return _blocks_batches(train, starts, size, batch)
+
+
+def _blocks_batches(train: np.ndarray, starts: np.ndarray, size: int,
+                    batch: int) -> Iterator[np.ndarray]:
+    """The batches of `batch` positions of the blocks of `size` positions of `train` that begin
+    at `starts`, one after the other (`_batch_of_blocks`), each in one buffer."""
+    out = np.empty(min(batch, len(train)), train.dtype)
+    state = np.zeros(2, np.int64)
+    identity = _is_identity(train)
+    for lo in range(0, len(train), batch):
+        n = min(batch, len(train) - lo)
+        _batch_of_blocks(train, starts, size, identity, state, out[:n])
+        yield out[:n]
 
 
 @njit(**JIT)
@@ -386,43 +400,42 @@ def _is_identity(rows) -> bool:
 
 
 @njit(**JIT)
-def _batches_of_blocks(train, starts, size, batch, identity, out) -> None:
-    """`out` = the blocks of `size` consecutive positions of `train` that begin at the indices
-    `starts` (the last block of `train` may be shorter), one after the other, cut into batches
-    of `batch` positions, and inside each batch its blocks (or the parts of the blocks a batch
-    cut holds) in increasing order of their place in `train`: a sort of the batch's few hundred
-    block starts instead of its positions. `identity`: `train` is ``0..len(train) - 1``
-    (`_is_identity`), so a position's index is its row and `train`, whose blocks are read at
-    random, is not read (at 6.97 M positions 15 ms instead of 50)."""
+def _batch_of_blocks(train, starts, size, identity, state, out) -> None:
+    """`out` = the next ``len(out)`` positions of the blocks of `size` consecutive positions of
+    `train` that begin at the indices `starts` (the last block of `train` may be shorter), taken
+    one after the other from block ``starts[state[0]]``, whose first ``state[1]`` positions
+    earlier batches took (`state` then says where the next batch begins), and its blocks (or the
+    parts of blocks it holds) in increasing order of their place in `train`: a sort of the
+    batch's few hundred block starts instead of its positions. `identity`: `train` is
+    ``0..len(train) - 1`` (`_is_identity`), so a position's index is its row and `train`, whose
+    blocks are read at random, is not read."""
     n = train.shape[0]
-    # A batch holds at most batch // size + 2 blocks in part or whole (every block but the
+    # A batch holds at most len(out) // size + 2 blocks in part or whole (every block but the
     # first and the last whole), and never more than there are.
-    lo = np.empty(min(starts.shape[0], batch // size + 2), np.int64)
+    lo = np.empty(min(starts.shape[0], out.shape[0] // size + 2), np.int64)
     hi = np.empty_like(lo)
-    k = 0  # the block the next position comes from
-    taken = 0  # positions of block k in earlier batches
+    k, taken = state[0], state[1]  # the block the next position comes from, and its part taken
+    m = 0
+    fill = 0
+    while fill < out.shape[0]:  # the batch's parts of blocks, in the shuffled order
+        a = starts[k] + taken
+        b = min(starts[k] + size, n)
+        t = min(b - a, out.shape[0] - fill)
+        lo[m] = a
+        hi[m] = a + t
+        m += 1
+        fill += t
+        if a + t == b:
+            k += 1
+            taken = 0
+        else:
+            taken += t
+    state[0], state[1] = k, taken
     pos = 0
-    while pos < n:
-        end = min(pos + batch, n)
-        m = 0
-        fill = pos
-        while fill < end:  # the batch's parts of blocks, in the shuffled order
-            a = starts[k] + taken
-            b = min(starts[k] + size, n)
-            t = min(b - a, end - fill)
-            lo[m] = a
-            hi[m] = a + t
-            m += 1
-            fill += t
-            if a + t == b:
-                k += 1
-                taken = 0
-            else:
-                taken += t
-        for j in np.argsort(lo[:m]):
-            for i in range(lo[j], hi[j]):
-                out[pos] = i if identity else train[i]
-                pos += 1
+    for j in np.argsort(lo[:m]):
+        for i in range(lo[j], hi[j]):
+            out[pos] = i if identity else train[i]
+            pos += 1
 
 
 def batch_positions(training: dict, n_train: int) -> int:
