@@ -25,7 +25,7 @@ batches (`tuner.data.loader.DatasetReader`: the same checks, bad-row reports and
 ``[training] shuffle = "blocks"`` records the store once in a seeded random order
 (`record_order`: the training positions permuted by the shuffle seed, then the validation
 positions), so that consecutive rows are a random sample and an epoch shuffles blocks of
-``shuffle_block`` consecutive rows (`epoch_order`): a batch is then read as a few hundred
+``shuffle_block`` consecutive rows (`epoch_batches`): a batch is then read as a few hundred
 contiguous runs of the store instead of scattered rows. The order needs the split, so such a
 run's first pass records nothing; its second pass gives the positions in file order to a
 recorder that puts them in that order (`tuner.train.record.StoreRecorder` with an order), and
@@ -64,7 +64,7 @@ from .targets import fit_sample
 #: apart from the per-epoch shuffle's, which the seed alone starts.
 RECORD_ORDER_STREAM = 1
 
-#: Positions of an epoch's order mapped to their rows at a time (`epoch_order`).
+#: Positions of a position-shuffled epoch mapped to their rows at a time (`epoch_batches`).
 ORDER_BLOCK = 1 << 16
 
 #: What the batches of a pass go to: ``sink(positions, results, score_cp)``.
