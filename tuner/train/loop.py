@@ -60,7 +60,7 @@ from .schedule import check_patterns, learning_rate, trainable_mask
 from .storecache import store_cache
 from .stream import Data, batch_positions, epoch_order, find_data, load_data
 from .targets import mse_at
-from tuner.tape.player import FreezeError
+from tuner.tape.player import FreezeError, return_freed_memory
 from .workers import Workers, resolve_threads, split_params
 
 __all__ = ["CHECKPOINT", "HISTORY_FIELDS", "MAX_PARAM", "Data", "Run", "TrainingError",
@@ -289,6 +289,7 @@ class Run:
                     self.outputs.write_history(self.state)  # under way (e.g. the checkpoint's)
             raise                                           # is the one to say
         workers.close()
+        return_freed_memory()  # (the last epoch's order: matplotlib, 40 MB, would not reuse it)
         self.outputs.write_history(self.state)
         if len(data.val):
             with watch_compilation(self.observer.compile_start, compiling):

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -303,6 +303,15 @@ class DataStream:
         """The positions and results a K fit uses (`fit_sample` of the training positions)."""
         rows = self.split.train[fit_sample(len(self.split.train))]
         return self.positions(rows), self.results(rows)
+
+    def store_order(self, shuffle_seed: int) -> np.ndarray:
+        """A blocks run's store order (`record_order` of the split; after `sample`, which needs
+        the split's sorted rows). The split's training rows become the order's first ones (the
+        same rows in the store's order: all `data` of the order needs is their number), so that
+        they are not held twice while the store is recorded (4 bytes a position)."""
+        order = record_order(self.split.train, self.split.val, shuffle_seed)
+        self.split = replace(self.split, train=order[: len(self.split.train)])
+        return order
 
     def data(self, order: np.ndarray | None = None) -> Data:
         """The split data: no positions and no results but the validation positions' (after
