@@ -1204,11 +1204,11 @@ class StoreBuilder:
         """The operands of the positions so far (the last `m` of them in the chunk being added)
         and of the rest of the `expected` ones at the operands per position so far, with a
         margin of `OPERAND_MARGIN` for the rest: what the operand arrays are sized for, and
-        grown to if they are full (0, growing by half, past the expected positions). Its
-        slack costs memory where the arrays come from the heap (a blocks run's parts,
+        grown to if they are full (0, growing by half, past the expected positions or before
+        any). Its slack costs memory where the arrays come from the heap (a blocks run's parts,
         `tuner.train.record.StoreRecorder`), and each growth there a copy."""
         n = self.tmpl.n
-        if n > self.expected:
+        if not n or n > self.expected:
             return 0
         ops = m + (self.operands.index.n if self.operands.index is not None else 0)
         return ops + math.ceil(ops / n * (self.expected - n) * (1 + OPERAND_MARGIN))
