@@ -39,6 +39,7 @@ both run the same records through the same form functions (`tuner.tape.ops.FORM_
 from __future__ import annotations
 
 import ctypes
+import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, NamedTuple
 
@@ -876,18 +877,21 @@ class _Growing:
                 wider[: self.n] = self.a[: self.n]
             self.a, self.width = wider, width
 
-    def reserve(self, k: int, dtype, width: int = 0) -> np.ndarray:
+    def reserve(self, k: int, dtype, width: int = 0, capacity: int = 0) -> np.ndarray:
         """The next `k` rows (a view, uninitialised: the caller writes every entry of it), room
-        made for values of `dtype` in `width` columns (`widen`)."""
+        made for values of `dtype` in `width` columns (`widen`). A full array grows to
+        `capacity` rows (the caller's estimate of all it will hold) if that is enough, else by
+        half."""
         self.widen(dtype, width)
         if self.n + k > len(self.a):
-            self.a.resize(self._shape(max(self.n + k, len(self.a) * 3 // 2), self.width),
-                          refcheck=False)
+            rows = capacity if capacity >= self.n + k else max(self.n + k, len(self.a) * 3 // 2)
+            self.a.resize(self._shape(rows, self.width), refcheck=False)
         self.n += k
         return self.a[self.n - k: self.n]
 
-    def append(self, block: np.ndarray) -> None:
-        rows = self.reserve(len(block), block.dtype, block.shape[1] if self.width else 0)
+    def append(self, block: np.ndarray, capacity: int = 0) -> None:
+        rows = self.reserve(len(block), block.dtype, block.shape[1] if self.width else 0,
+                            capacity)
         if self.width:
             rows[:, : block.shape[1]] = block
             rows[:, block.shape[1]:] = 0
@@ -955,7 +959,7 @@ class _Operands:
 
     def append(self, index: np.ndarray, coef: np.ndarray, capacity: int) -> None:
         """A chunk's slots and coefficients (`capacity`: operands the arrays are sized for, if
-        this is the first chunk)."""
+        this is the first chunk, or grown to if they are full: `_Growing.reserve`)."""
         if self.index is None:
             self.index = _Growing(index.dtype, capacity=capacity)
         self.coef_dtype = np.promote_types(self.coef_dtype, coef.dtype)
@@ -964,11 +968,12 @@ class _Operands:
             if bits >= 0:
                 if len(index):
                     self._repack(bits)
-                    _pack_into(index, coef, bits, self.index.reserve(len(index), np.uint16))
+                    _pack_into(index, coef, bits,
+                               self.index.reserve(len(index), np.uint16, capacity=capacity))
                 return
             self._unpack()
-        self.index.append(index)
-        self.coef.append(coef)
+        self.index.append(index, capacity)
+        self.coef.append(coef, capacity)
 
     def _bits_with(self, index: np.ndarray, coef: np.ndarray) -> int:
         """The coefficient bits of words holding the operands so far and these, or -1 if they do
@@ -1142,6 +1147,13 @@ def _kept_into(flat, starts, counts, tmpl, cols, out):
             out[i, j] = flat[s + c] if 0 <= c < k else 0.0
 
 
+#: The margin a `StoreBuilder` sizes its operand arrays with, beyond the operands the positions
+#: still to come would have at the operands per position so far (`_operand_capacity`): the
+#: first chunk of a micro-batch's positions (2048) estimates them within about 1 % for
+#: positions in a random order (a blocks run's part), the rest closer.
+OPERAND_MARGIN = 1 / 32
+
+
 class StoreBuilder:
     """Merges the chunks of `extract`, in position order, into one `Store` as they come: each
     chunk goes once into arrays grown in place, already in the store's layout (its operands
@@ -1186,9 +1198,20 @@ class StoreBuilder:
         self.n_opnd.append(ch.n_opnd.astype(np.int32))  # (a chunk's operands fit int32)
         _rows_into(ch.nary, _list_starts(ch.n_nary), ch.n_nary,
                    self.nary.reserve(n, np.uint16, max(1, int(ch.n_nary.max(initial=0)))))
-        # (operands per position of the first chunk size the arrays for the rest)
-        self.operands.append(ch.index, ch.coef,
-                             int(len(ch.index) / max(1, n) * max(self.expected, n) * 1.25) + 1)
+        self.operands.append(ch.index, ch.coef, self._operand_capacity(len(ch.index)))
+
+    def _operand_capacity(self, m: int) -> int:
+        """The operands of the positions so far (the last `m` of them in the chunk being added)
+        and of the rest of the `expected` ones at the operands per position so far, with a
+        margin of `OPERAND_MARGIN` for the rest: what the operand arrays are sized for, and
+        grown to if they are full (0, growing by half, past the expected positions or before
+        any). Its slack costs memory where the arrays come from the heap (a blocks run's parts,
+        `tuner.train.record.StoreRecorder`), and each growth there a copy."""
+        n = self.tmpl.n
+        if not n or n > self.expected:
+            return 0
+        ops = m + (self.operands.index.n if self.operands.index is not None else 0)
+        return ops + math.ceil(ops / n * (self.expected - n) * (1 + OPERAND_MARGIN))
 
     def finish(self) -> Store:
         """The store (the builder is spent)."""
@@ -1319,13 +1342,13 @@ def store_chunk(store: Store, rows: np.ndarray) -> Chunk:
                  n_nary, scal, nary, index, coef, counts)
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """Give the pages of freed memory back to the system where the C library can (glibc's
     ``malloc_trim``; nothing elsewhere). glibc keeps freed blocks smaller than its mmap threshold
     (at most 32 MB: a part's arrays, say) in its heaps for later allocations, which the
     assembled store's large (mmapped) arrays never reuse: without this, a store assembled from
     parts would hold their memory twice (measured, 2 M positions of clockwork: +420 MB against
-    +245 MB for a store of 184 MB)."""
+    +245 MB for a store of 184 MB). Cheap when little was freed (a few ms for 75 MB)."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
@@ -1344,6 +1367,7 @@ def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: in
     if not parts:
         raise ValueError("no stores to reorder")
     params = parts[0].params
+    return_freed_memory()  # (what building the parts freed, and their trimmed tails)
     builder = StoreBuilder(int(params[0]), int(params[1]), expected)
 
     def chunks():
@@ -1352,7 +1376,7 @@ def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: in
             for lo in range(0, len(part_rows), chunk):
                 yield store_chunk(part, part_rows[lo: lo + chunk])
             del part
-            _return_freed_memory()
+            return_freed_memory()
 
     made = chunks()
     with ThreadPoolExecutor(1) as pool:  # (one call of `next` at a time: the next is made

@@ -60,7 +60,7 @@ from .schedule import check_patterns, learning_rate, trainable_mask
 from .storecache import store_cache
 from .stream import Data, batch_positions, epoch_batches, find_data, load_data
 from .targets import mse_at
-from tuner.tape.player import FreezeError
+from tuner.tape.player import FreezeError, return_freed_memory
 from .workers import Workers, resolve_threads, split_params
 
 __all__ = ["CHECKPOINT", "HISTORY_FIELDS", "MAX_PARAM", "Data", "Run", "TrainingError",
@@ -289,6 +289,8 @@ class Run:
                     self.outputs.write_history(self.state)  # under way (e.g. the checkpoint's)
             raise                                           # is the one to say
         workers.close()
+        return_freed_memory()  # (what the epochs freed, such as the workers' buffers and a
+        # position shuffle's order: the loss plot's matplotlib would not reuse it)
         self.outputs.write_history(self.state)
         if len(data.val):
             with watch_compilation(self.observer.compile_start, compiling):

@@ -32,15 +32,14 @@ import numpy as np
 
 from tuner.compiling import CompileWatch, watch_compilation
 from tuner.evals.generic import continuous
-from tuner.tape.player import FreezeError, Store, store_len, store_nbytes
+from tuner.tape.player import FreezeError, Store, return_freed_memory, store_len, store_nbytes
 from .config import Config, ConfigError
 from .errors import TrainingError
 from .optimizer import Optimizer
 from .progress import Observer
 from .record import StoreRecorder, record_store
 from .storecache import store_cache
-from .stream import (Data, DataDigest, DataStream, in_record_order, load_data,
-                     record_order)
+from .stream import Data, DataDigest, DataStream, in_record_order, load_data
 from .targets import LOSS_FORMS, KFitError, blend_targets, fit_k, mse_at
 from .warmup import warm_positions, warm_up
 from .workers import EagerSource, ReplaySource, split_params
@@ -99,6 +98,7 @@ class Preparation:
             t0 = time.perf_counter()
             if streamed:  # the positions go into the store as they are read, and are not kept
                 data, store = self.stream()
+                return_freed_memory()  # (what recording freed: a blocks run's order, say)
             else:
                 data = load_data(self.cfg, self.log)
             self.observer.load_end(len(data), time.perf_counter() - t0)
@@ -205,12 +205,12 @@ class Preparation:
                     files.first_pass(self.record_into(recorder))
                     store = self.finish(recorder, t0)
             else:
-                split = files.first_pass(digest.update if digest is not None else None)
+                files.first_pass(digest.update if digest is not None else None)
             if store is None:
                 if self.k is None:
                     self.warm(files.sample)
                 if blocks:
-                    order = record_order(split.train, split.val, tr["shuffle_seed"])
+                    order = files.store_order(tr["shuffle_seed"])
                 n_stored = files.n_positions if order is None else len(order)
                 if digest is not None:
                     if order is not None:
