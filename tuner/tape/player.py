@@ -39,6 +39,7 @@ both run the same records through the same form functions (`tuner.tape.ops.FORM_
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, NamedTuple
@@ -1349,9 +1350,16 @@ def return_freed_memory() -> None:
     assembled store's large (mmapped) arrays never reuse: without this, a store assembled from
     parts would hold their memory twice (measured, 2 M positions of clockwork: +420 MB against
     +245 MB for a store of 184 MB). Cheap when little was freed (a few ms for 75 MB)."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (None where it has none), looked up once: a run gives
+    freed memory back about 80 times (`return_freed_memory`)."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: int,
