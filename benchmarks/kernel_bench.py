@@ -2,9 +2,8 @@
 cache (--positions, default 2048, of the shipped sample), played over and over in store order.
 
 A term is an operand or a record (`benchmarks.roofline.terms_per_position`). For each evaluation
-it prints the specialised player (`tuner.tape.specialise`, what the epochs use), the same
-without running a position's first backward with the next forward (``undeferred``: see
-`tuner.tape.specialise.deferred`) and the interpreter (`tuner.tape.player.play`), each with
+it prints the specialised player (`tuner.tape.specialise`, what the epochs use) and the
+interpreter (`tuner.tape.player.play`), each with
 gradients (forward and backward, what an epoch runs) and forward only (what a validation pass
 runs). Times are this thread's CPU time, the median of --repeat, so that other processes on a
 shared machine count less; the players take turns, one repeat each, so that a change of load
@@ -30,7 +29,7 @@ from roofline import EVALUATIONS, terms_per_position
 
 #: Position replays per measurement (about a second of work).
 REPLAYS = 3_000_000
-PLAYERS = ("specialised", "undeferred", "interpreter")
+PLAYERS = ("specialised", "interpreter")
 #: With gradients (what an epoch runs) or forward only (a validation pass).
 MODES = {"forward+backward": True, "forward": False}
 
@@ -61,15 +60,8 @@ def players(store, labels):
     for label in labels:
         if label == "interpreter":
             made[label] = play
-        elif label == "specialised":
+        else:
             made[label] = specialising.specialise(store).play
-        else:  # the same source with nothing deferred (a module of its own)
-            deferred = specialising.deferred
-            specialising.deferred = lambda st: False
-            try:
-                made[label] = specialising.specialise(store).play
-            finally:
-                specialising.deferred = deferred
     return made
 
 

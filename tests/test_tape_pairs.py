@@ -1,10 +1,12 @@
-"""The two-lane pair kernels (`tuner.tape.pairs`) give the bits of the scalar loops."""
+"""The two-lane pair kernels (`tuner.tape.pairs`) give the bits of the scalar loops: a dot
+product in four partial sums (operand ``first + k`` into sum ``k % 4``, then
+``(s0 + s1) + (s2 + s3)``), an axpy in operand order."""
 import numpy as np
 import pytest
 from numba import njit
 
 from tuner.jit import JIT
-from tuner.tape.pairs import TABLE_BITS, pair_axpy, pair_dot, pair_dot_axpy
+from tuner.tape.pairs import ACCUMULATORS, TABLE_BITS, pair_axpy, pair_dot
 
 BITS = 4
 
@@ -13,15 +15,33 @@ BITS = 4
 def _both(pv, pg, idx, first, n, bits, g0, g1):
     """(pair_dot's pair, the scalar loop's pair); `pair_axpy` adds into `pg`."""
     mg, eg = pair_dot(pv, idx, first, n, bits)
-    smg = 0.0
-    seg = 0.0
+    sums = np.zeros((ACCUMULATORS, 2))
     for i in range(first, first + n):
         w = np.int64(idx[i])
         c = np.float64((w & ((1 << bits) - 1)) - (1 << (bits - 1)))
-        smg += c * pv[w >> bits, 0]
-        seg += c * pv[w >> bits, 1]
+        k = (i - first) % ACCUMULATORS
+        sums[k, 0] += c * pv[w >> bits, 0]
+        sums[k, 1] += c * pv[w >> bits, 1]
     pair_axpy(pg, idx, first, n, bits, g0, g1)
-    return mg, eg, smg, seg
+    return (mg, eg, (sums[0, 0] + sums[1, 0]) + (sums[2, 0] + sums[3, 0]),
+            (sums[0, 1] + sums[1, 1]) + (sums[2, 1] + sums[3, 1]))
+
+
+@njit(**JIT)
+def _one_sum(pv, idx, first, n, bits):
+    """The dot product summed in one running sum, first to last."""
+    mg = 0.0
+    eg = 0.0
+    for i in range(first, first + n):
+        w = np.int64(idx[i])
+        c = np.float64((w & ((1 << bits) - 1)) - (1 << (bits - 1)))
+        mg += c * pv[w >> bits, 0]
+        eg += c * pv[w >> bits, 1]
+    return mg, eg
+
+
+def _words(rng, slots, n, bits, dtype=np.uint16):
+    return (rng.integers(0, slots, n) << bits | rng.integers(0, 1 << bits, n)).astype(dtype)
 
 
 def _scalar_axpy(pg, idx, first, n, bits, g0, g1):
@@ -37,7 +57,7 @@ def test_pair_kernels_are_the_scalar_loops_bit_for_bit(dtype):
     rng = np.random.default_rng(1)
     slots = 40
     # repeated slots (a backward adds twice into one row) and every coefficient of 4 bits
-    words = (rng.integers(0, slots, 500) << BITS | rng.integers(0, 1 << BITS, 500)).astype(dtype)
+    words = _words(rng, slots, 500, BITS, dtype)
     pv = rng.normal(size=(slots, 2)) * 10.0 ** rng.integers(-8, 8, size=(slots, 2))
     pg = rng.normal(size=(slots, 2))
     expect = pg.copy()
@@ -55,31 +75,38 @@ def test_pair_kernels_of_no_operands():
     assert np.all(pg == 1.0)
 
 
-@njit(**JIT)
-def _interleaved(pv, pg, idx, bits, fwd, bwd, g):
-    return pair_dot_axpy(pv, pg, idx, bits, fwd, bwd, g)
-
-
-@njit(**JIT)
-def _apart(pv, pg, idx, bits, fwd, bwd, g):
-    pair_axpy(pg, idx, bwd[0], bwd[1], bits, g[0], g[1])
-    return pair_dot(pv, idx, fwd[0], fwd[1], bits)
-
-
 @pytest.mark.parametrize("bits", [BITS, TABLE_BITS, TABLE_BITS + 1, 12])
-@pytest.mark.parametrize("fwd, bwd", [((3, 40), (100, 25)), ((50, 7), (0, 90)), ((9, 0), (20, 30)),
-                                      ((9, 30), (20, 0)), ((0, 0), (0, 0)), ((10, 60), (30, 60))])
-def test_the_interleaved_kernel_gives_the_bits_of_the_two_apart(bits, fwd, bwd):
-    """Coefficients from the table (at most TABLE_BITS bits) or converted; either list longer,
-    empty, or overlapping the other (the same words read by both)."""
+def test_every_length_is_summed_in_four_partial_sums(bits):
+    """Every operand count from 0 to 13 (the tail of n % 4 operands and none), from an offset
+    that is not a multiple of four, coefficients from the table or converted; values of mixed
+    magnitudes, so that the order of the adds shows in the bits."""
     rng = np.random.default_rng(bits)
     slots = 1 << (16 - bits)
-    words = (rng.integers(0, slots, 200) << bits | rng.integers(0, 1 << bits, 200)).astype(np.uint16)
-    pv = rng.normal(size=(slots, 2)) * 10.0 ** rng.integers(-8, 8, size=(slots, 2))
-    pg = rng.normal(size=(slots, 2))
-    got, expect = pg.copy(), pg.copy()
-    g = (0.1 / 3, -7.0 / 9)
-    pair = _interleaved(pv, got, words, bits, fwd, bwd, g)
-    assert pair == _apart(pv, expect, words, bits, fwd, bwd, g)
-    assert got.tobytes() == expect.tobytes()
-    assert (pair != (0.0, 0.0)) == (fwd[1] > 0) and (got != pg).any() == (bwd[1] > 0)
+    words = _words(rng, slots, 64, bits)
+    pv = rng.normal(size=(slots, 2)) * 10.0 ** rng.integers(-12, 12, size=(slots, 2))
+    differs = False
+    for n in range(14):
+        for first in (0, 5):
+            pg = np.zeros((slots, 2))
+            mg, eg, smg, seg = _both(pv, pg, words, first, n, bits, 1.0, 1.0)
+            assert (mg, eg) == (smg, seg), (n, first)
+            differs |= (mg, eg) != _one_sum(pv, words, first, n, bits)
+    assert differs  # the partial sums are not one running sum's order
+
+
+def test_the_unpacked_loop_sums_in_the_same_order():
+    """`tuner.tape.ops`'s loop over unpacked operands (slots and coefficients apart, bits 0)
+    gives the packed kernel's bits, for every operand count from 0 to 13."""
+    from tuner.tape.ops import _lincomb_pair_fwd
+
+    rng = np.random.default_rng(7)
+    slots = 1 << (16 - BITS)
+    words = _words(rng, slots, 32, BITS)
+    index = (words >> BITS).astype(np.int32)
+    coef = ((words & ((1 << BITS) - 1)).astype(np.int64) - (1 << (BITS - 1))).astype(np.int8)
+    pv = np.zeros((slots + 2, 2))
+    pv[:slots] = rng.normal(size=(slots, 2)) * 10.0 ** rng.integers(-12, 12, size=(slots, 2))
+    for n in range(14):
+        _lincomb_pair_fwd(pv, words, coef[:0], slots, 3, n, BITS)
+        _lincomb_pair_fwd(pv, index, coef, slots + 1, 3, n, 0)
+        assert pv[slots].tobytes() == pv[slots + 1].tobytes(), n

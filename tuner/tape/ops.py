@@ -58,7 +58,10 @@ import numpy as np
 from numba import njit
 from tuner.jit import JIT, INLINE, RECORDER
 
-from .pairs import pair_axpy, pair_dot, pair_dot_axpy
+from .pairs import ACCUMULATORS, pair_axpy, pair_dot
+
+if ACCUMULATORS != 4:  # _lincomb_pair_fwd's unpacked loop spells out the four partial sums
+    raise ImportError(f"tuner.tape.pairs.ACCUMULATORS is {ACCUMULATORS}; ops.py expects 4")
 
 from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, C_ERROR_RECORD,
                         C_ERROR_TAG, C_EVALUATE, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
@@ -491,13 +494,25 @@ def _sum_bwd(vg, idx, o, first, n, coef_bits):
 def _lincomb_pair_fwd(pv, idx, coef, o, first, n, coef_bits):
     if coef_bits:  # packed: both halves at once (`tuner.tape.pairs`, the same bits)
         mg, eg = pair_dot(pv, idx, first, n, coef_bits)
-    else:
-        mg = 0.0
-        eg = 0.0
+    else:  # operand first + k into partial sum k % 4, then (s0 + s1) + (s2 + s3)
+        m0 = m1 = m2 = m3 = e0 = e1 = e2 = e3 = 0.0
         for i in range(first, first + n):
             j, c = operand(idx, coef, i, coef_bits)
-            mg += c * pv[j, 0]
-            eg += c * pv[j, 1]
+            k = (i - first) & 3
+            if k == 0:
+                m0 += c * pv[j, 0]
+                e0 += c * pv[j, 1]
+            elif k == 1:
+                m1 += c * pv[j, 0]
+                e1 += c * pv[j, 1]
+            elif k == 2:
+                m2 += c * pv[j, 0]
+                e2 += c * pv[j, 1]
+            else:
+                m3 += c * pv[j, 0]
+                e3 += c * pv[j, 1]
+        mg = (m0 + m1) + (m2 + m3)
+        eg = (e0 + e1) + (e2 + e3)
     pv[o, 0] = mg
     pv[o, 1] = eg
 
@@ -512,25 +527,6 @@ def _lincomb_pair_bwd(pg, idx, coef, o, first, n, coef_bits):
             j, c = operand(idx, coef, i, coef_bits)
             pg[j, 0] += c * g0
             pg[j, 1] += c * g1
-
-
-# A player that runs a position's forward sweep before the previous position's backward one is
-# done may hold that backward's operand list (its first record's, which adds into parameters
-# only) as ``pending = (first, n, g0, g1)`` and run it with the next forward: the two loops
-# interleaved (`tuner.tape.pairs.pair_dot_axpy`), the bits of the two calls.
-
-@njit(**INLINE)
-def _lincomb_pair_fwd_bwd(pv, pg, idx, o, first, n, coef_bits, pending):
-    """`_lincomb_pair_fwd` of a packed list and the `_lincomb_pair_bwd` `pending`."""
-    q, m, g0, g1 = pending
-    pv[o, 0], pv[o, 1] = pair_dot_axpy(pv, pg, idx, coef_bits, (first, n), (q, m), (g0, g1))
-
-
-@njit(**INLINE)
-def _lincomb_pair_bwd_pending(pg, idx, coef_bits, pending):
-    """The `_lincomb_pair_bwd` `pending` of a packed list, alone."""
-    q, m, g0, g1 = pending
-    pair_axpy(pg, idx, q, m, coef_bits, g0, g1)
 
 
 @njit(**INLINE)

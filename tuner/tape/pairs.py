@@ -6,15 +6,19 @@ C-ordered (n, 2) array). Numba turns off LLVM's SLP vectoriser, the pass that wo
 with one instruction, so these kernels are written in LLVM IR with ``<2 x double>`` operations:
 one load, one multiply and one add (forward), or one load, multiply, add and store (backward) per
 operand instead of two of each. Each lane is the same IEEE operation in the same order as the
-scalar loops of `tuner.tape.ops` (``mg += c * pv[j, 0]`` from 0.0 first to last), so the results
-are the same bits; only the instruction count changes.
+scalar loops of `tuner.tape.ops`, so the results are the same bits; only the instruction count
+changes.
+
+A dot product is summed in `ACCUMULATORS` = 4 partial sums: operand ``first + k`` is added into
+sum ``k % 4`` (each from 0.0, in operand order), and the result is ``(s0 + s1) + (s2 + s3)``.
+One running sum is a chain of dependent adds (about 4 cycles each) that the loads and products
+of a short list cannot hide; four chains run side by side. The order is fixed by the operand
+count alone, so the bits do not depend on the machine or the thread count.
 
 Operands are packed words (see `tuner.tape.ops.operand`): ``slot << bits | coefficient +
 2^(bits - 1)``, bits > 0. A coefficient of at most `TABLE_BITS` bits is read from a table of the
 (exact, small integer) values rather than converted: one load and broadcast instead of three
-instructions. `pair_dot_axpy` runs one list's dot product and another's axpy in one loop: the dot
-product is a chain of dependent adds (3 cycles each), and the axpy's independent work fills the
-cycles between them.
+instructions.
 """
 from __future__ import annotations
 
@@ -40,6 +44,9 @@ def _word_array(ty) -> bool:
 #: Coefficients of at most this many bits are read from a table of their values (one load and
 #: broadcast instead of a subtraction, a conversion and a broadcast); wider ones are converted.
 TABLE_BITS = 8
+
+#: The number of partial sums of a dot product (see the module docstring).
+ACCUMULATORS = 4
 
 
 class _Operands:
@@ -113,87 +120,77 @@ def _loop(builder, first, end, body):
     builder.position_at_end(done)
 
 
-def _lists(builder, ops, dot=None, axpy=None):
-    """The loops of a dot product over the list ``dot = (row, first, n)`` (`_Operands.row`) and
-    of an axpy over ``axpy = (row, first, n, g)``, either None, interleaved as far as both go;
-    each list in its order. Returns the dot product's accumulator (an alloca of a pair)."""
-    acc = cgutils.alloca_once(builder, _V2)  # (mem2reg makes it a register)
-    builder.store(ir.Constant(_V2, [0.0, 0.0]), acc)
+def _dot(builder, ops, row, first, n):
+    """The pair dot product of the operands ``first .. first + n - 1`` of `row`
+    (`_Operands.row`): operand ``first + k`` added into partial sum ``k % 4``, each sum from 0.0
+    in operand order, then ``(s0 + s1) + (s2 + s3)``. Returns an alloca of the pair."""
+    zero = ir.Constant(_V2, [0.0, 0.0])
+    sums = [cgutils.alloca_once(builder, _V2) for _ in range(ACCUMULATORS)]
+    out = cgutils.alloca_once(builder, _V2)  # (mem2reg makes them registers)
 
-    def dot_step(i):  # acc += c * pair
-        splat, ptr = ops.operand(builder, i, dot[0])
-        builder.store(builder.fadd(builder.load(acc),
-                                   builder.fmul(splat, builder.load(ptr, align=8))), acc)
+    def add(k, i):  # sums[k] += c * pair
+        splat, ptr = ops.operand(builder, i, row)
+        builder.store(builder.fadd(builder.load(sums[k]),
+                                   builder.fmul(splat, builder.load(ptr, align=8))), sums[k])
 
-    def axpy_step(i):  # pair += c * g
-        splat, ptr = ops.operand(builder, i, axpy[0])
-        builder.store(builder.fadd(builder.load(ptr, align=8), builder.fmul(splat, axpy[3])),
-                      ptr, align=8)
-
-    def both(k):
-        dot_step(builder.add(dot[1], k))
-        axpy_step(builder.add(axpy[1], k))
+    def group(g):  # operands first + 4g .. first + 4g + 3
+        i = builder.add(first, builder.mul(g, ir.Constant(_I64, ACCUMULATORS)))
+        for k in range(ACCUMULATORS):
+            add(k, builder.add(i, ir.Constant(_I64, k)))
 
     def loops():
-        m = ir.Constant(_I64, 0)
-        if dot and axpy:
-            m = builder.select(builder.icmp_signed("<", dot[2], axpy[2]), dot[2], axpy[2])
-            _loop(builder, m.type(0), m, both)
-        for lst, step in ((dot, dot_step), (axpy, axpy_step)):
-            if lst:
-                _loop(builder, builder.add(lst[1], m), builder.add(lst[1], lst[2]), step)
+        for acc in sums:
+            builder.store(zero, acc)
+        groups = builder.sdiv(n, ir.Constant(_I64, ACCUMULATORS))
+        _loop(builder, ir.Constant(_I64, 0), groups, group)
+        tail = builder.add(first, builder.mul(groups, ir.Constant(_I64, ACCUMULATORS)))
+        left = builder.sub(builder.add(first, n), tail)
+        for k in range(ACCUMULATORS - 1):  # the last n % 4 operands into sums 0, 1, 2
+            with builder.if_then(builder.icmp_signed(">", left, ir.Constant(_I64, k))):
+                add(k, builder.add(tail, ir.Constant(_I64, k)))
+        s = [builder.load(acc) for acc in sums]
+        builder.store(builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), out)
 
     ops.versions(builder, loops)
-    return acc
+    return out
+
+
+def _axpy(builder, ops, row, first, n, g):
+    """``pair += c * g`` for the operands ``first .. first + n - 1`` of `row`, in order."""
+    def step(i):
+        splat, ptr = ops.operand(builder, i, row)
+        builder.store(builder.fadd(builder.load(ptr, align=8), builder.fmul(splat, g)),
+                      ptr, align=8)
+
+    ops.versions(builder, lambda: _loop(builder, first, builder.add(first, n), step))
 
 
 def _int64(context, builder, signature, args, k):
     return context.cast(builder, args[k], signature.args[k], types.int64)
 
 
-def _pair(context, builder, ty, value):
-    """The two-lane vector of a (float, float) tuple."""
-    v = ir.Constant(_V2, ir.Undefined)
-    for k in range(2):
-        x = context.cast(builder, builder.extract_value(value, k), ty[k], types.float64)
-        v = builder.insert_element(v, x, _I32(k))
-    return v
-
-
-def _pair_tuple(context, builder, signature, acc_slot):
-    acc = builder.load(acc_slot)
+def _pair_tuple(context, builder, signature, slot):
+    pair = builder.load(slot)
     return context.make_tuple(builder, signature.return_type,
-                              [builder.extract_element(acc, _I32(k)) for k in range(2)])
-
-
-_INT_PAIR = (types.UniTuple, types.Tuple)
+                              [builder.extract_element(pair, _I32(k)) for k in range(2)])
 
 
 def _ints(*xs) -> bool:
     return all(isinstance(x, types.Integer) for x in xs)
 
 
-def _span(x) -> bool:
-    """Whether `x` is a (first, n) pair of integers."""
-    return isinstance(x, _INT_PAIR) and len(x) == 2 and _ints(*x)
-
-
-def _floats(x) -> bool:
-    return isinstance(x, _INT_PAIR) and len(x) == 2 and all(isinstance(v, types.Float) for v in x)
-
-
 @intrinsic
 def pair_dot(typingctx, pv, idx, first, n, bits):
     """``(sum c * pv[j, 0], sum c * pv[j, 1])`` over the packed operands ``idx[first:first +
-    n]``, summed first to last from 0.0."""
+    n]``, in four partial sums (see the module docstring)."""
     if not (_pair_array(pv) and _word_array(idx) and _ints(first, n, bits)):
         return None
 
     def codegen(context, builder, signature, args):
         ops = _Operands(context, builder, signature, args, 1, 4)
-        dot = (ops.row(context, builder, signature.args[0], args[0]),
-               *(_int64(context, builder, signature, args, k) for k in (2, 3)))
-        return _pair_tuple(context, builder, signature, _lists(builder, ops, dot=dot))
+        row = ops.row(context, builder, signature.args[0], args[0])
+        first, n = (_int64(context, builder, signature, args, k) for k in (2, 3))
+        return _pair_tuple(context, builder, signature, _dot(builder, ops, row, first, n))
 
     return types.UniTuple(types.float64, 2)(pv, idx, first, n, bits), codegen
 
@@ -207,37 +204,13 @@ def pair_axpy(typingctx, pg, idx, first, n, bits, g0, g1):
 
     def codegen(context, builder, signature, args):
         ops = _Operands(context, builder, signature, args, 1, 4)
-        g = context.make_tuple(builder, types.UniTuple(types.float64, 2), [
-            context.cast(builder, args[k], signature.args[k], types.float64) for k in (5, 6)])
-        axpy = (ops.row(context, builder, signature.args[0], args[0]),
-                *(_int64(context, builder, signature, args, k) for k in (2, 3)),
-                _pair(context, builder, types.UniTuple(types.float64, 2), g))
-        _lists(builder, ops, axpy=axpy)
+        row = ops.row(context, builder, signature.args[0], args[0])
+        first, n = (_int64(context, builder, signature, args, k) for k in (2, 3))
+        g = ir.Constant(_V2, ir.Undefined)
+        for k in range(2):
+            x = context.cast(builder, args[5 + k], signature.args[5 + k], types.float64)
+            g = builder.insert_element(g, x, _I32(k))
+        _axpy(builder, ops, row, first, n, g)
         return context.get_dummy_value()
 
     return types.void(pg, idx, first, n, bits, g0, g1), codegen
-
-
-@intrinsic
-def pair_dot_axpy(typingctx, pv, pg, idx, bits, fwd, bwd, g):
-    """`pair_dot` of the operands ``fwd = (first, n)`` of `pv` and `pair_axpy` of the operands
-    ``bwd`` into `pg` with ``g = (g0, g1)``, their loops interleaved: the dot product's adds are
-    one chain of dependent operations, and the other list's independent loads, products and
-    stores fill the time between them. Each keeps its own order (the dot product summed first
-    to last, the adds into `pg` made first to last), so the bits are those of the two calls;
-    `pv` is not written, so the order between the two lists does not matter."""
-    if not (_pair_array(pv) and _pair_array(pg) and _word_array(idx) and _ints(bits)
-            and _span(fwd) and _span(bwd) and _floats(g)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ops = _Operands(context, builder, signature, args, 2, 3)
-        sig = signature.args
-        (f0, fn), (b0, bn) = ([context.cast(builder, builder.extract_value(args[k], j), sig[k][j],
-                                            types.int64) for j in range(2)] for k in (4, 5))
-        dot = (ops.row(context, builder, sig[0], args[0]), f0, fn)
-        axpy = (ops.row(context, builder, sig[1], args[1]), b0, bn,
-                _pair(context, builder, sig[6], args[6]))
-        return _pair_tuple(context, builder, signature, _lists(builder, ops, dot, axpy))
-
-    return types.UniTuple(types.float64, 2)(pv, pg, idx, bits, fwd, bwd, g), codegen

@@ -38,8 +38,8 @@ from tuner import cachedir
 from tuner.fileio import atomic_write, remove_stale_temps
 from tuner.jit import JIT
 
-from .ops import (F_LINCOMB_PAIR, FORM_NARY, FORM_TABLE, KERNEL_BITS, KERNEL_MASK, N_FORMS,
-                  S_NONE, call, form_functions, tag_name)
+from .ops import (FORM_NARY, FORM_TABLE, KERNEL_BITS, KERNEL_MASK, N_FORMS, S_NONE, call,
+                  form_functions, tag_name)
 from .player import Store, prefetch_lines
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,6 @@ _HEADER = '''\
 import numpy as np
 from numba import njit
 from tuner.tape.ops import ({ops})
-from tuner.tape.ops import _lincomb_pair_bwd_pending, _lincomb_pair_fwd_bwd
 from tuner.jit import JIT
 from tuner.tape.player import prefetch
 '''
@@ -99,21 +98,9 @@ def nary_records(st: Store, t: int) -> list[int]:
             if FORM_NARY[int(st.t_op[r]) >> KERNEL_BITS] != S_NONE]
 
 
-def deferred(st: Store) -> bool:
-    """Whether the player of `st` runs each position's first backward (that of its first record, a
-    linear combination of pairs over packed operands, which reads parameters only and adds into
-    their gradients only) with the next position's forward (`tuner.tape.ops`'s ``pending``): the
-    dot product's chain of dependent adds then leaves room for the other list's work. Only for a
-    store of one template: a position's records are then the previous one's."""
-    return (len(st.t_temps) == 1 and int(st.coef_bits[0]) > 0 and st.t_first[1] > 0
-            and int(st.t_op[0]) >> KERNEL_BITS == F_LINCOMB_PAIR)
-
-
-def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
+def template_lines(st: Store, t: int) -> list[str]:
     """The body of template `t`'s block: forward calls, outputs, then (with gradients) the
-    temporaries' gradients cleared, the seed and the backward calls in reverse. With `defer`
-    (see `deferred`), the first record's backward is left ``pending`` for the next position's
-    forward (or the end of the sweep), which runs it with its own first record."""
+    temporaries' gradients cleared, the seed and the backward calls in reverse."""
     r0, r1 = int(st.t_first[t]), int(st.t_first[t + 1])
     v0, p0 = int(st.params[0]), int(st.params[1])
     fwd, bwd = [], []
@@ -141,14 +128,7 @@ def template_lines(st: Store, t: int, defer: bool = False) -> list[str]:
         names = dict(o=typed("o", int(st.t_out[r])), a=a, b=b, k=typed("k", k), s0=s[0],
                      s1=s[1], bits=typed("bits", int(st.coef_bits[0])))
         label = f"  # {tag_name(op)}"
-        if defer and r == r0:
-            o, bits = names["o"], names["bits"]
-            fwd += ["if with_grad:  # with the previous position's pending backward",
-                    f"    _lincomb_pair_fwd_bwd(pv, pg, idx, {o}, {a}, {b}, {bits}, pending)"
-                    + label, "else:", "    " + call(form, False, names) + label]
-            slot = int(st.t_out[r])
-            bwd.append(f"pending = ({a}, {b}, pg[{slot}, 0], pg[{slot}, 1]){label}: run later")
-        elif row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
+        if row.loss:  # the forward's partial, kept for the backward (``_loss_bwd``)
             fwd.append(f"partial{r - r0} = {call(form, False, names)}{label}")
             bwd.append(f"_loss_bwd(vg, {names['o']}, {a}, partial{r - r0}){label}")
         else:
@@ -176,20 +156,14 @@ def player_source(st: Store) -> str:
     each template of `st`."""
     blocks = []
     n_t = len(st.t_temps)
-    defer = deferred(st)
     if n_t == 1:  # every position is of template 0 (the store's numbers are below its count)
-        blocks += ["        " + line for line in template_lines(st, 0, defer)]
+        blocks += ["        " + line for line in template_lines(st, 0)]
     else:
         for t in range(n_t):
             blocks.append(f"        {'if' if t == 0 else 'elif'} tmpl[p] == {t}:")
             blocks += ["            " + line for line in template_lines(st, t)]
         blocks += ["        else:" if blocks else "        if True:", f"            return {NO_BLOCK}"]
     body = "\n".join(blocks)
-    start, end = "", ""
-    if defer:
-        start = "\n    pending = (0, 0, 0.0, 0.0)  # no backward pending"
-        end = (f"\n    if with_grad:\n        _lincomb_pair_bwd_pending(pg, idx, "
-               f"{int(st.coef_bits[0])}, pending)")
     # What the blocks read of a position's header, and so what is worth prefetching: the
     # template number if there are several, the counts if a template has several lists (the
     # last one's count is not read).
@@ -209,12 +183,12 @@ def play(st, arena, rows, seed, with_grad, outputs):
     position of another template."""
     val, vg, pv, pg = arena.val, arena.val_grad, arena.pair_val, arena.pair_grad
     tmpl, opnd_off, nary, scalars, idx, coef = (st.tmpl, st.opnd_off, st.nary, st.scalars,
-                                                st.index, st.coef){start}
+                                                st.index, st.coef)
     for i in range(rows.shape[0] - 1, -1, -1):
 {prefetch}
         p = rows[i]
         q = opnd_off[p]
-{body}{end}
+{body}
     return -1
 '''
 
