@@ -736,6 +736,22 @@ def test_sigmoid_large_arguments(x):
             assert abs(grad - dref) <= 2.0 ** -52, (form, grad, dref)
 
 
+def test_sigmoid_is_the_two_branch_formula_bit_for_bit():
+    """`ops.sigmoid` (one division with a selected numerator, no branch) is ``1 / (1 + exp(-x))``
+    for x >= 0 and ``exp(x) / (1 + exp(x))`` below, to the bit, signed zeros, infinities and NaN
+    included."""
+    rng = np.random.default_rng(5)
+    xs = np.concatenate([rng.normal(size=2000) * 10.0 ** rng.integers(-6, 3, 2000),
+                         [0.0, -0.0, math.inf, -math.inf, math.nan, 5e-324, -5e-324]])
+    for x in map(float, xs):
+        want = 1.0 / (1.0 + math.exp(-x)) if x >= 0.0 else math.exp(x) / (1.0 + math.exp(x))
+        got = ops.sigmoid(x)
+        if math.isnan(x):
+            assert math.isnan(got)
+        else:
+            assert np.array(got).tobytes() == np.array(want).tobytes(), x
+
+
 # ------------------------------------------------------------------------------------------------
 # Small semantic details of the table.
 # ------------------------------------------------------------------------------------------------

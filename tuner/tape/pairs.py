@@ -13,7 +13,10 @@ A dot product is summed in `ACCUMULATORS` = 4 partial sums: operand ``first + k`
 sum ``k % 4`` (each from 0.0, in operand order), and the result is ``(s0 + s1) + (s2 + s3)``.
 One running sum is a chain of dependent adds (about 4 cycles each) that the loads and products
 of a short list cannot hide; four chains run side by side. The order is fixed by the operand
-count alone, so the bits do not depend on the machine or the thread count.
+count alone, so the bits do not depend on the machine or the thread count. The last ``n % 4``
+operands are added without branches: three adds whose term is a select (the product, or -0.0,
+which leaves a sum as it is, for the operands past the list), since the count of a randomly
+chosen position is not predictable and a mispredicted branch costs more than the three adds.
 
 Operands are packed words (see `tuner.tape.ops.operand`): ``slot << bits | coefficient +
 2^(bits - 1)``, bits > 0. A coefficient of at most `TABLE_BITS` bits is read from a table of the
@@ -67,6 +70,8 @@ class _Operands:
         base = builder.sub(ir.Constant(_I64, size // 2), self.half)
         self.table = builder.gep(builder.bitcast(table, _F64.as_pointer()), [base])
         self.use_table = builder.icmp_signed("<=", self.bits, ir.Constant(_I64, TABLE_BITS))
+        word = self.words.data.type.pointee
+        self.zero_word = cgutils.alloca_once_value(builder, ir.Constant(word, 0))
         self.from_table = False
 
     def row(self, context, builder, ty, value):
@@ -83,10 +88,14 @@ class _Operands:
                     self.from_table = from_table
                     emit()
 
-    def operand(self, builder, i, row):
+    def operand(self, builder, i, row, live=None):
         """Operand ``i``'s coefficient splat and a pointer to its pair in the array of `row`
-        (base address, row stride)."""
-        w = builder.load(builder.gep(self.words.data, [i]))
+        (base address, row stride); where `live` (an i1) is false, those of a word of slot 0
+        instead of ``words[i]``, which is not read (it may lie past the array)."""
+        ptr = builder.gep(self.words.data, [i])
+        if live is not None:
+            ptr = builder.select(live, ptr, self.zero_word)
+        w = builder.load(ptr)
         if w.type.width < 64:
             w = builder.sext(w, _I64) if self.signed else builder.zext(w, _I64)
         slot = builder.ashr(w, self.bits)
@@ -128,10 +137,12 @@ def _dot(builder, ops, row, first, n):
     sums = [cgutils.alloca_once(builder, _V2) for _ in range(ACCUMULATORS)]
     out = cgutils.alloca_once(builder, _V2)  # (mem2reg makes them registers)
 
-    def add(k, i):  # sums[k] += c * pair
-        splat, ptr = ops.operand(builder, i, row)
-        builder.store(builder.fadd(builder.load(sums[k]),
-                                   builder.fmul(splat, builder.load(ptr, align=8))), sums[k])
+    def add(k, i, live=None):  # sums[k] += c * pair (or -0.0, x + -0.0 being x, if not live)
+        splat, ptr = ops.operand(builder, i, row, live)
+        term = builder.fmul(splat, builder.load(ptr, align=8))
+        if live is not None:
+            term = builder.select(live, term, ir.Constant(_V2, [-0.0, -0.0]))
+        builder.store(builder.fadd(builder.load(sums[k]), term), sums[k])
 
     def group(g):  # operands first + 4g .. first + 4g + 3
         i = builder.add(first, builder.mul(g, ir.Constant(_I64, ACCUMULATORS)))
@@ -146,8 +157,8 @@ def _dot(builder, ops, row, first, n):
         tail = builder.add(first, builder.mul(groups, ir.Constant(_I64, ACCUMULATORS)))
         left = builder.sub(builder.add(first, n), tail)
         for k in range(ACCUMULATORS - 1):  # the last n % 4 operands into sums 0, 1, 2
-            with builder.if_then(builder.icmp_signed(">", left, ir.Constant(_I64, k))):
-                add(k, builder.add(tail, ir.Constant(_I64, k)))
+            add(k, builder.add(tail, ir.Constant(_I64, k)),
+                builder.icmp_signed(">", left, ir.Constant(_I64, k)))
         s = [builder.load(acc) for acc in sums]
         builder.store(builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), out)
 

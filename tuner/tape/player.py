@@ -59,6 +59,11 @@ from .recording import (C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_RECORDS, C_VALUE_P
 
 #: How many positions ahead `play` prefetches a position's header, and its operands.
 PREFETCH_ROW, PREFETCH_OPERANDS = 16, 8
+#: The cache lines of a position's operands prefetched without a test of the list's end (those
+#: past it are lines of neighbouring positions, and a prefetch never faults): a loop to the end
+#: of each list would run a number of times the predictor cannot know for a random position.
+#: Longer lists prefetch the rest in a loop.
+PREFETCH_LINES = 4
 #: Largest operand count of one n-ary record in a store (counts are kept as u16).
 MAX_NARY = np.iinfo(np.uint16).max
 
@@ -1411,22 +1416,33 @@ def prefetch_lines(with_tmpl: bool = True, with_nary: bool = True,
     played last to first) read of the store: the header of the one `PREFETCH_ROW` ahead (its
     template number and n-ary counts unless the player does not read them), every cache line of
     the operands of the one `PREFETCH_OPERANDS` ahead (and of their coefficients: `with_coef`,
-    None to test whether they are apart). It names the store's arrays as the players unpack them
-    (``tmpl``, ``opnd_off``, ``nary``, ``scalars``, ``idx``, ``coef``): in the players' own
-    loops, since a function handed the store would cost reference-count updates per position
-    (most of the kernel's time, measured), and one handed the arrays too many parameters."""
+    None to test whether they are apart), the first `PREFETCH_LINES` without a test. It names
+    the store's arrays as the players unpack them (``tmpl``, ``opnd_off``, ``nary``,
+    ``scalars``, ``idx``, ``coef``): in the players' own loops, since a function handed the store
+    would cost reference-count updates per position (most of the kernel's time, measured), and
+    one handed the arrays too many parameters."""
     header = (["    prefetch(tmpl, pf_ahead)"] * with_tmpl
               + ["    prefetch(nary, pf_ahead * nary.shape[1])"] * with_nary)
-    coef = {None: ["    if coef.shape[0]:  # (empty when packed into idx)",
-                   "        prefetch(coef, pf_q)"],
-            True: ["    prefetch(coef, pf_q)"], False: []}[with_coef]
+
+    def lines(offsets):  # prefetch idx (and coef) at each of `offsets`
+        fetch = [f"prefetch(idx, {q})" for q in offsets]
+        coef = [f"prefetch(coef, {q})" for q in offsets]
+        if with_coef is None:
+            coef = ["if coef.shape[0]:  # (empty when packed into idx)"] + ["    " + c for c in coef]
+        return fetch + coef if with_coef is not False else fetch
+
+    # The first PREFETCH_LINES lines of the list, then the rest of a longer one in a loop.
+    step = "pf_step"
     return ([f"if i >= {PREFETCH_ROW}:", f"    pf_ahead = rows[i - {PREFETCH_ROW}]"] + header
             + ["    prefetch(opnd_off, pf_ahead)",
                "    prefetch(scalars, pf_ahead * scalars.shape[1])",
                f"if i >= {PREFETCH_OPERANDS}:", f"    pf_ahead = rows[i - {PREFETCH_OPERANDS}]",
                "    pf_q, pf_end = opnd_off[pf_ahead], opnd_off[pf_ahead + 1]",
-               "    while pf_q < pf_end:", "        prefetch(idx, pf_q)"]
-            + ["    " + line for line in coef] + ["        pf_q += 32"])
+               f"    {step} = 64 // idx.itemsize  # operands a cache line"]
+            + ["    " + line for line in lines(
+                ["pf_q"] + [f"pf_q + {k} * {step}" for k in range(1, PREFETCH_LINES)])]
+            + [f"    pf_q += {PREFETCH_LINES} * {step}", "    while pf_q < pf_end:"]
+            + ["        " + line for line in lines(["pf_q"])] + [f"        pf_q += {step}"])
 
 
 #: The forms the interpreter's dispatch tests first (the records most stores are made of); the
