@@ -259,7 +259,9 @@ def test_scanner_matches_reference_parser(data, fmt):
     raw = ("\n".join(lines) + data.draw(st.sampled_from(["", "\n"]))).encode()
     n_lines, offsets, fdata, results, scores, row_line, bad = scan_block(raw, fmt)
     ref = REFERENCE[fmt](raw.decode().split("\n")[:n_lines])
-    assert n_lines == len(raw.decode().split("\n")) - raw.endswith(b"\n")
+    # every newline ends a line, and so does the end of a block that does not end with one
+    # (an empty block has no line: one empty drawn line without a newline is b"")
+    assert n_lines == raw.count(b"\n") + (len(raw) > 0 and not raw.endswith(b"\n"))
     fens = [bytes(fdata[offsets[k]:offsets[k + 1]]).decode() for k in range(len(results))]
     assert fens == ref.fens
     assert list(results) == ref.results
@@ -267,3 +269,14 @@ def test_scanner_matches_reference_parser(data, fmt):
     assert bad == ref.bad
     if fmt == "pipe":
         assert list(scores) == ref.scores
+
+
+@pytest.mark.parametrize("fmt", ["clockwork", "bracket", "pipe"])
+def test_an_empty_block_has_no_lines(fmt):
+    """b"" is no line (hypothesis once drew it as one empty line without a newline); b"\\n" is
+    one empty line; neither has a position or a bad line."""
+    from tuner.data.fastscan import scan_block
+    for raw, lines in ((b"", 0), (b"\n", 1)):
+        n_lines, offsets, fdata, results, scores, row_line, bad = scan_block(raw, fmt)
+        assert (n_lines, len(results), len(row_line)) == (lines, 0, 0)
+        assert not bad
