@@ -187,7 +187,8 @@ def test_drivers_are_rebound_to_the_specialised_player(store_and_point, module):
     with pytest.raises(ValueError, match="unknown record tag"):
         batch = Batch(one, np.array([0, 1]), 1.0, False, np.zeros((1, 2 * N_PP + N_VP)),
                       np.zeros(1))
-        driver(other, fresh_arena(store, vparams, pparams), batch, one, np.zeros((1, 2)))
+        driver(other, fresh_arena(store, vparams, pparams), batch, one, np.zeros(1, np.int64),
+               np.zeros((1, 2)))
 
 
 def test_a_driver_that_does_not_call_play_is_refused(store_and_point, module):

@@ -9,12 +9,16 @@ ordered sum of micro-batch gradients, whoever computes them.
 from __future__ import annotations
 
 import ast
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from tuner.evals import get_evaluation
 from tuner.train.record import record_store
+from tuner.train.kernels import take_chunk
 from tuner.train.workers import ReplaySource, Workers
 
 TRAIN = Path(__file__).resolve().parents[1] / "tuner" / "train"
@@ -66,10 +70,14 @@ class _Reordered:
     def scratch(self, micro):
         return self.inner.scratch(micro)
 
-    def compute(self, scratch, theta_views, batch, chunks):
-        for c in chunks[::-1]:
-            self.seen.append(int(c))
-            self.inner.compute(scratch, theta_views, batch, np.array([c], np.int64))
+    def compute(self, scratch, theta_views, batch, chunks, taken):
+        mine = []
+        while (k := take_chunk(taken)) < len(chunks):
+            mine.append(int(chunks[k]))
+        for c in mine[::-1]:
+            self.seen.append(c)
+            self.inner.compute(scratch, theta_views, batch, np.array([c], np.int64),
+                               np.zeros(1, np.int64))
 
 
 def test_a_batch_gradient_is_the_same_whoever_computes_its_micro_batches(tiny):
@@ -90,3 +98,35 @@ def test_a_batch_gradient_is_the_same_whoever_computes_its_micro_batches(tiny):
     assert sorted(source.seen) == list(range(15)) and source.seen != sorted(source.seen)
     assert np.count_nonzero(np.frombuffer(got[0][1])) > 0
     assert got[0] == got[1]
+
+
+@njit(nogil=True)
+def _take_all(taken, n, out):
+    """Take indices below `n` from `taken` into `out` until they run out; returns how many."""
+    m = 0
+    while True:
+        k = take_chunk(taken)
+        if k >= n:
+            return m
+        out[m] = k
+        m += 1
+
+
+def test_workers_taking_chunks_at_once_take_each_once():
+    """Four threads taking from one counter in compiled loops (the GIL released) get every index
+    of 0..n-1 exactly once between them."""
+    n = 2_000_000
+    taken = np.zeros(1, np.int64)
+    outs = [np.full(n, -1, np.int64) for _ in range(4)]
+    _take_all(np.zeros(1, np.int64), 0, outs[0])  # compiled before the threads start
+    start = threading.Barrier(4)
+
+    def take(out):
+        start.wait()
+        return _take_all(taken, n, out)
+
+    with ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(take, outs))
+    got = np.concatenate([out[:m] for out, m in zip(outs, counts)])
+    assert sum(counts) == n and np.array_equal(np.sort(got), np.arange(n))
+    assert sum(m > 0 for m in counts) >= 2  # (more than one thread took some)

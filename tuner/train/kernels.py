@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 from tuner.jit import INLINE, JIT
 
 from tuner.chess.bitboard import lsb, pop_lsb
@@ -69,15 +70,45 @@ class Batch(NamedTuple):
     sse: np.ndarray
 
 
+@intrinsic
+def _fetch_add(typingctx, counter, x):
+    """``counter[0] += x`` in one atomic operation (int64[:]); returns the value before."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64
+            and isinstance(x, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        add = context.cast(builder, args[1], signature.args[1], types.int64)
+        return builder.atomic_rmw("add", ary.data, add, "monotonic")
+
+    return types.int64(counter, x), codegen
+
+
 @njit(**JIT)
-def replay_chunks(store, arena, batch, chunks, outputs):
-    """Every chunk c in `chunks` of `batch` (`Batch`) played from `store` in `arena`, its
+def take_chunk(taken) -> int:
+    """The next index into a batch's chunks for the worker that asks: ``taken[0]`` (int64[1],
+    shared by the workers of a batch, from 0), counted up in one atomic operation, so that each
+    index goes to one worker, whichever asks first. Which worker computes a chunk does not change
+    its loss or gradient (each has its own buffer, reduced in chunk order), so workers take
+    chunks as they finish the last one: none waits for another's share."""
+    return _fetch_add(taken, 1)
+
+
+@njit(**JIT)
+def replay_chunks(store, arena, batch, chunks, taken, outputs):
+    """The chunks ``chunks[k]`` of `batch` (`Batch`) for the indices k this worker takes
+    (`take_chunk` of `taken`, until they run out) played from `store` in `arena`, their
     outputs in `outputs` (float64[micro, 2]). One call per worker and batch, so Python is not in
-    the loop."""
+    the loop; a worker alone (`taken` its own, from 0) plays them all, in order."""
     order, starts, seed, with_grad = batch.order, batch.starts, batch.seed, batch.with_grad
     chunk_grads, sse = batch.chunk_grads, batch.sse
     n_values, n_pairs = store.params[0], store.params[1]
-    for c in chunks:
+    while True:
+        k = take_chunk(taken)
+        if k >= chunks.shape[0]:
+            break
+        c = chunks[k]
         rows = order[starts[c]: starts[c + 1]]
         if with_grad:
             _zero_param_grads(arena, n_values, n_pairs)

@@ -45,7 +45,7 @@ from tuner.tape.player import arena_size, build_store, extract, store_len
 from tuner.tape.specialise import specialisable, specialise
 from .config import DEFAULT_SEGMENT
 from .kernels import (ROWS_INCREASING, ROWS_OUTSIDE, WORD_BITS, Batch, cut_chunks, reduce_chunks,
-                      replay_chunks, rows_kind, store_order)
+                      replay_chunks, rows_kind, store_order, take_chunk)
 from .record import Labelled, new_training_tape, record_positions
 
 
@@ -110,12 +110,13 @@ class ReplaySource:
         """A worker's own: an arena for one position's temporaries, and the outputs."""
         return new_arena(*arena_size(self.store)), np.zeros((micro, 2))
 
-    def compute(self, scratch, theta_views, batch: Batch, chunks: np.ndarray) -> None:
-        """The chunks `chunks` of `batch` at the parameters `theta_views` (pairs, values): one
-        compiled call."""
+    def compute(self, scratch, theta_views, batch: Batch, chunks: np.ndarray,
+                taken: np.ndarray) -> None:
+        """The chunks of `chunks` that this worker takes (`take_chunk` of `taken`) of `batch` at
+        the parameters `theta_views` (pairs, values): one compiled call."""
         arena, outputs = scratch
         set_params(arena, *theta_views)
-        self.replay_chunks(self.store, arena, batch, chunks, outputs)
+        self.replay_chunks(self.store, arena, batch, chunks, taken, outputs)
 
     def _warm(self) -> None:
         """Compile (or load) the specialised driver now, on one position, not in the first
@@ -124,7 +125,8 @@ class ReplaySource:
             one = np.zeros(1, np.int64)
             batch = Batch(one, one_chunk(1), 1.0, True, np.zeros((1, self.n_theta)),
                           np.zeros(1))
-            self.replay_chunks(self.store, self.scratch(1)[0], batch, one, np.zeros((1, 2)))
+            self.replay_chunks(self.store, self.scratch(1)[0], batch, one, np.zeros(1, np.int64),
+                               np.zeros((1, 2)))
 
 
 class EagerSource:
@@ -147,11 +149,14 @@ class EagerSource:
                     slots=np.zeros((2, micro), np.int64),
                     arena=new_arena(reg.n_values, reg.n_params), outputs=np.zeros((micro, 2)))
 
-    def compute(self, scratch: dict, theta_views, batch: Batch, chunks: np.ndarray) -> None:
-        """Each chunk of `chunks`: recorded, frozen and played on its own (without gradients
-        every chunk shares gradient buffer 0, which is not written)."""
+    def compute(self, scratch: dict, theta_views, batch: Batch, chunks: np.ndarray,
+                taken: np.ndarray) -> None:
+        """Each chunk of `chunks` this worker takes (`take_chunk` of `taken`): recorded, frozen
+        and played on its own (without gradients every chunk shares gradient buffer 0, which is
+        not written)."""
         reg = self.evaluation.registry
-        for c in chunks:
+        while (k := take_chunk(taken)) < len(chunks):
+            c = chunks[k]
             rows = batch.order[batch.starts[c]: batch.starts[c + 1]]
             slots = scratch["slots"][:, : len(rows)]
             scratch["tape"], scratch["scratch"] = record_positions(
@@ -166,7 +171,8 @@ class EagerSource:
             g = c if batch.with_grad else 0
             one = Batch(np.arange(len(rows)), one_chunk(len(rows)), batch.seed,
                         batch.with_grad, batch.chunk_grads[g: g + 1], batch.sse[c: c + 1])
-            replay_chunks(store, arena, one, FIRST_CHUNK, scratch["outputs"])
+            replay_chunks(store, arena, one, FIRST_CHUNK, np.zeros(1, np.int64),
+                          scratch["outputs"])
 
 
 class Workers:
@@ -262,10 +268,12 @@ class Workers:
 
     def compute_chunks(self, theta_views, batch: Batch, chunks: np.ndarray) -> None:
         """The chunks `chunks` of `batch` at the parameters `theta_views` (pairs, values) into
-        their ``sse[c]`` and ``chunk_grads[c]``: ``chunks[i]`` by worker ``i % n_threads``."""
-        self._each_thread(lambda w: self.source.compute(
-            self.scratch[w], theta_views, batch,
-            np.ascontiguousarray(chunks[w::self.n_threads], dtype=np.int64)))
+        their ``sse[c]`` and ``chunk_grads[c]``, each by the worker that takes it first
+        (`take_chunk`: one counter for them all)."""
+        chunks = np.ascontiguousarray(chunks, dtype=np.int64)
+        taken = np.zeros(1, np.int64)
+        self._each_thread(lambda w: self.source.compute(self.scratch[w], theta_views, batch,
+                                                        chunks, taken))
 
     def _each_thread(self, fn) -> None:
         """fn(w) for every worker w, in parallel; exceptions propagate."""
