@@ -155,7 +155,7 @@ def _dot(builder, ops, row, first, n):
         groups = builder.sdiv(n, ir.Constant(_I64, ACCUMULATORS))
         _loop(builder, ir.Constant(_I64, 0), groups, group)
         tail = builder.add(first, builder.mul(groups, ir.Constant(_I64, ACCUMULATORS)))
-        left = builder.sub(builder.add(first, n), tail)
+        left = builder.srem(n, ir.Constant(_I64, ACCUMULATORS))
         for k in range(ACCUMULATORS - 1):  # the last n % 4 operands into sums 0, 1, 2
             add(k, builder.add(tail, ir.Constant(_I64, k)),
                 builder.icmp_signed(">", left, ir.Constant(_I64, k)))

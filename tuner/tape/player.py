@@ -1432,17 +1432,16 @@ def prefetch_lines(with_tmpl: bool = True, with_nary: bool = True,
         return fetch + coef if with_coef is not False else fetch
 
     # The first PREFETCH_LINES lines of the list, then the rest of a longer one in a loop.
-    step = "pf_step"
     return ([f"if i >= {PREFETCH_ROW}:", f"    pf_ahead = rows[i - {PREFETCH_ROW}]"] + header
             + ["    prefetch(opnd_off, pf_ahead)",
                "    prefetch(scalars, pf_ahead * scalars.shape[1])",
                f"if i >= {PREFETCH_OPERANDS}:", f"    pf_ahead = rows[i - {PREFETCH_OPERANDS}]",
                "    pf_q, pf_end = opnd_off[pf_ahead], opnd_off[pf_ahead + 1]",
-               f"    {step} = 64 // idx.itemsize  # operands a cache line"]
+               "    pf_step = 64 // idx.itemsize  # operands a cache line"]
             + ["    " + line for line in lines(
-                ["pf_q"] + [f"pf_q + {k} * {step}" for k in range(1, PREFETCH_LINES)])]
-            + [f"    pf_q += {PREFETCH_LINES} * {step}", "    while pf_q < pf_end:"]
-            + ["        " + line for line in lines(["pf_q"])] + [f"        pf_q += {step}"])
+                ["pf_q"] + [f"pf_q + {k} * pf_step" for k in range(1, PREFETCH_LINES)])]
+            + [f"    pf_q += {PREFETCH_LINES} * pf_step", "    while pf_q < pf_end:"]
+            + ["        " + line for line in lines(["pf_q"])] + ["        pf_q += pf_step"])
 
 
 #: The forms the interpreter's dispatch tests first (the records most stores are made of); the

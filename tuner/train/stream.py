@@ -49,7 +49,6 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from tuner.chess.bitboard import lsb
 from tuner.jit import JIT
 
 from tuner.data import load_dataset
@@ -58,6 +57,7 @@ from tuner.data.registry import Resolved, resolve
 from tuner.data.trace import concat_positions, position_arrays, take_positions
 from .config import FULL_BATCH, Config
 from .errors import TrainingError
+from .kernels import WORD_BITS, store_order
 from .split import Split, fold_of, group_ids, split_by_group
 from .targets import fit_sample
 
@@ -426,28 +426,30 @@ def _batch_of_blocks(train, starts, size, identity, state, out) -> None:
     `train` that begin at the indices `starts` (the last block of `train` may be shorter), taken
     one after the other from block ``starts[state[0]]``, whose first ``state[1]`` positions
     earlier batches took (`state` then says where the next batch begins), and its blocks (or the
-    parts of blocks it holds) in increasing order of their place in `train`: a bitmap of the
-    batch's blocks read in order instead of a sort of its positions (or of its block starts).
+    parts of blocks it holds) in increasing order of their place in `train`: the batch's block
+    numbers put in order by `store_order`'s bitmap, instead of a sort of its positions (or of
+    its block starts).
     `identity`: `train` is ``0..len(train) - 1`` (`_is_identity`), so a position's index is its
     row and `train`, whose blocks are read at random, is not read."""
     n = train.shape[0]
-    n_blocks = starts.shape[0]
-    k, taken = state[0], state[1]  # the block the next position comes from, and its part taken
-    bits = np.zeros((n_blocks + 63) // 64, np.uint64)
-    # Only the batch's first and last parts may be parts of blocks (the others are whole): their
-    # blocks and bounds.
+    # A batch holds at most len(out) // size + 2 blocks in part or whole (every block but the
+    # first and the last whole), and never more than there are. Only the first and the last
+    # parts may be parts of blocks: their blocks and bounds are kept.
+    blocks = np.empty(min(starts.shape[0], out.shape[0] // size + 2), np.int64)
     first_block = last_block = -1
     first_lo = first_hi = last_lo = last_hi = 0
+    k, taken = state[0], state[1]  # the block the next position comes from, and its part taken
+    m = 0
     fill = 0
     while fill < out.shape[0]:  # the batch's parts of blocks, in the shuffled order
         a = starts[k] + taken
         b = min(starts[k] + size, n)
         t = min(b - a, out.shape[0] - fill)
-        block = starts[k] // size
-        bits[block >> 6] |= np.uint64(1) << np.uint64(block & 63)
-        if fill == 0:
-            first_block, first_lo, first_hi = block, a, a + t
-        last_block, last_lo, last_hi = block, a, a + t
+        blocks[m] = starts[k] // size
+        if m == 0:
+            first_block, first_lo, first_hi = blocks[m], a, a + t
+        last_block, last_lo, last_hi = blocks[m], a, a + t
+        m += 1
         fill += t
         if a + t == b:
             k += 1
@@ -455,21 +457,19 @@ def _batch_of_blocks(train, starts, size, identity, state, out) -> None:
         else:
             taken += t
     state[0], state[1] = k, taken
+    ordered = np.empty(m, np.int64)  # (distinct: `store_order` writes every one)
+    store_order(blocks[:m], np.zeros(starts.shape[0] // WORD_BITS + 1, np.uint64), ordered)
     pos = 0
-    for word in range(bits.shape[0]):
-        w = bits[word]
-        while w:
-            block = word * 64 + lsb(w)
-            w &= w - np.uint64(1)
-            if block == first_block:
-                lo, hi = first_lo, first_hi
-            elif block == last_block:
-                lo, hi = last_lo, last_hi
-            else:
-                lo, hi = block * size, min(block * size + size, n)
-            for i in range(lo, hi):
-                out[pos] = i if identity else train[i]
-                pos += 1
+    for block in ordered:
+        if block == first_block:
+            lo, hi = first_lo, first_hi
+        elif block == last_block:
+            lo, hi = last_lo, last_hi
+        else:
+            lo, hi = block * size, min(block * size + size, n)
+        for i in range(lo, hi):
+            out[pos] = i if identity else train[i]
+            pos += 1
 
 
 def batch_positions(training: dict, n_train: int) -> int:
