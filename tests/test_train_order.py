@@ -85,6 +85,11 @@ def test_cut_chunks_ends_chunks_where_a_division_says_the_segment_ends(rows, mic
     starts = np.empty(len(order) + 1, np.int64)
     n = cut_chunks(order, micro, segment, starts)
     assert starts[: n + 1].tolist() == _cut_by_division(order.tolist(), micro, segment)
+    # rows in any order, every one in one segment (`Workers` that keep the order given)
+    unordered = np.array(rows, np.int64)
+    if len(rows) and segment > 5000:
+        n = cut_chunks(unordered, micro, segment, starts)
+        assert starts[: n + 1].tolist() == list(range(0, len(rows), micro)) + [len(rows)]
 
 
 @pytest.mark.parametrize("n_params", [1, 7, 1082])

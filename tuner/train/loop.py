@@ -322,7 +322,7 @@ class Run:
         lr = learning_rate(self.cfg["schedule"], self.cfg["optimizer"]["lr"], e)
         mask = trainable_mask(self.registry, self.cfg["freeze"]["stages"], e)
         pull = Pull(self.cfg["optimizer"]["pull"], s.theta0)
-        batches = epoch_batches(data.train, s.rng, tr)
+        batches = epoch_batches(data.train, s.rng, tr, data.train_is_identity)
         n = len(data.train)
         t0 = time.perf_counter()
         sse_total = []

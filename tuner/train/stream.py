@@ -43,6 +43,7 @@ import hashlib
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Iterator
 
 import numpy as np
@@ -93,6 +94,12 @@ class Data:
 
     def __len__(self) -> int:
         return self.n_positions if self.positions is None else len(self.results)
+
+    @cached_property
+    def train_is_identity(self) -> bool:
+        """Whether the training rows are ``0..len(train) - 1`` (a blocks run's, `_store_rows`):
+        found once, not every epoch (`epoch_batches`)."""
+        return _is_identity(self.train)
 
     def held_out(self) -> np.ndarray:
         """The validation positions, uint64[len(val), 9]."""
@@ -364,8 +371,8 @@ def in_record_order(data: Data, shuffle_seed: int) -> Data:
                 data.val_games)
 
 
-def epoch_batches(train: np.ndarray, rng: np.random.Generator,
-                  training: dict) -> Iterator[np.ndarray]:
+def epoch_batches(train: np.ndarray, rng: np.random.Generator, training: dict,
+                  identity: bool | None = None) -> Iterator[np.ndarray]:
     """The batches of an epoch over the training positions `train` under the ``[training]``
     settings `training`, their shuffle drawn from the run's `rng` now (before the first batch
     is asked for): ``batch_size = "all"`` is one batch of `train` as it is (one step over every
@@ -378,7 +385,8 @@ def epoch_batches(train: np.ndarray, rng: np.random.Generator,
     the same order as its sort would give, so the same bits). A blocks batch is made when it is
     asked for, in a buffer the next one reuses (a batch is valid until the next is drawn): no
     array of the epoch's order, whose pages each epoch would fault in anew, and the batch is
-    still in cache when the workers read it."""
+    still in cache when the workers read it. `identity`: whether `train` is
+    ``0..len(train) - 1`` (`Data.train_is_identity`, found here if None)."""
     if training["batch_size"] == FULL_BATCH:
         return iter([train] if len(train) else [])
     batch = batch_positions(training, len(train))
@@ -394,16 +402,16 @@ def epoch_batches(train: np.ndarray, rng: np.random.Generator,
         return (order[lo: lo + batch] for lo in range(0, len(order), batch))
     size = training["shuffle_block"]
     starts = rng.permutation(math.ceil(len(train) / size)) * size
-    return _blocks_batches(train, starts, size, batch)
+    return _blocks_batches(train, starts, size, batch, identity)
 
 
-def _blocks_batches(train: np.ndarray, starts: np.ndarray, size: int,
-                    batch: int) -> Iterator[np.ndarray]:
+def _blocks_batches(train: np.ndarray, starts: np.ndarray, size: int, batch: int,
+                    identity: bool | None) -> Iterator[np.ndarray]:
     """The batches of `batch` positions of the blocks of `size` positions of `train` that begin
     at `starts`, one after the other (`_batch_of_blocks`), each in one buffer."""
-    out = np.empty(min(batch, len(train)), train.dtype)
+    out = np.empty(min(batch, len(train)), np.int64)  # (the rows `Workers` take, as they are)
     state = np.zeros(2, np.int64)
-    identity = _is_identity(train)
+    identity = _is_identity(train) if identity is None else identity
     for lo in range(0, len(train), batch):
         n = min(batch, len(train) - lo)
         _batch_of_blocks(train, starts, size, identity, state, out[:n])
@@ -467,9 +475,13 @@ def _batch_of_blocks(train, starts, size, identity, state, out) -> None:
             lo, hi = last_lo, last_hi
         else:
             lo, hi = block * size, min(block * size + size, n)
-        for i in range(lo, hi):
-            out[pos] = i if identity else train[i]
-            pos += 1
+        if identity:  # (two loops, so that each is one LLVM vectorises)
+            for i in range(hi - lo):
+                out[pos + i] = lo + i
+        else:
+            for i in range(hi - lo):
+                out[pos + i] = train[lo + i]
+        pos += hi - lo
 
 
 def batch_positions(training: dict, n_train: int) -> int:
