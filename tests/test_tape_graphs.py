@@ -40,7 +40,7 @@ OPS = [
     ("div_scalar", "v"), ("scalar_div", "v"), ("phase", "p"), ("sum", "V"),
     ("lincomb_value", "V"), ("leaf_value", ""),
     ("pair_add", "pp"), ("pair_sub", "pp"), ("pair_mul", "pp"), ("pair_neg", "p"),
-    ("pair_sigmoid", "p"), ("pair_mul_scalar", "p"), ("pair_div_scalar", "p"),
+    ("pair_sigmoid", "p"), ("pair_sigmoid_sum", "pp"), ("pair_mul_scalar", "p"), ("pair_div_scalar", "p"),
     ("scalar_div_pair", "p"), ("pair_mul_value", "pv"), ("value_mul_pair", "pv"),
     ("pair_div_value", "pv"), ("value_div_pair", "pv"), ("eg_scale", "p"),
     ("add_clamped_eg", "pv"), ("lincomb_pair", "P"), ("leaf_pair", ""),
@@ -112,6 +112,7 @@ REF = {
     "pair_mul": lambda v, p, c: p[0] * p[1],
     "pair_neg": lambda v, p, c: -p[0],
     "pair_sigmoid": lambda v, p, c: _sig(p[0]),
+    "pair_sigmoid_sum": lambda v, p, c: _sig(p[0] / c + p[1] / c),
     "pair_mul_scalar": lambda v, p, c: p[0] * c,
     "pair_div_scalar": lambda v, p, c: p[0] / c,
     "scalar_div_pair": lambda v, p, c: c / p[0],
@@ -163,7 +164,7 @@ def _in_domain(name, v, p, c, out):
 def _const(name, rng):
     if name == "pow_const":
         return float(rng.choice([2.0, 3.0, -1.0, 0.5, 1.5, -0.5]))
-    if name in ("div_scalar", "pair_div_scalar"):
+    if name in ("div_scalar", "pair_div_scalar", "pair_sigmoid_sum"):
         return float(rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 3.0))
     if name in ("phase", "eg_scale"):
         return float(rng.uniform(0.0, 1.0))
@@ -303,6 +304,8 @@ FRONT = {
     "pair_mul": lambda v, p, c: p[0] * p[1],
     "pair_neg": lambda v, p, c: -p[0],
     "pair_sigmoid": lambda v, p, c: p[0].sigmoid(),
+    "pair_sigmoid_sum": lambda v, p, c: Pair(p[0].graph, ops.record_pair_sigmoid_sum(
+        p[0].graph.tape, p[0].index, p[1].index, c)),
     "pair_mul_scalar": lambda v, p, c: p[0] * c,
     "pair_div_scalar": lambda v, p, c: p[0] / c,
     "scalar_div_pair": lambda v, p, c: c / p[0],

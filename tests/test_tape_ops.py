@@ -256,6 +256,11 @@ CASES = [
     Case("pair_sigmoid", ("p:sigmoid",),
          io(0, 1, pair_gen=lambda r: (U(r, -10, 10), U(r, -10, 10))),
          lambda g, V, P, c: P[0].sigmoid(), lambda v, p, c: sig(p[0])),
+    Case("pair_sigmoid_sum", ("sigmoid_sum",),
+         with_const(io(0, 2, pair_gen=lambda r: (U(r, -10, 10), U(r, -10, 10))), s=nz),
+         lambda g, V, P, c: Pair(g, ops.record_pair_sigmoid_sum(g.tape, P[0].index, P[1].index,
+                                                                c["s"])),
+         lambda v, p, c: sig(p[0] / c["s"] + p[1] / c["s"])),
     Case("pair_mul_scalar", ("ps:mul",), with_const(io(0, 1), s=std),
          lambda g, V, P, c: P[0] * c["s"], lambda v, p, c: p[0] * c["s"]),
     Case("pair_rmul_scalar", ("ps:mul",), with_const(io(0, 1), s=std),
@@ -802,3 +807,33 @@ def test_output_seed_on_a_parameter():
     x = g.value_param(1)
     g.backward(x)
     np.testing.assert_array_equal(g.tape.arena.val_grad[:2], [0.0, 1.0])
+
+
+# ------------------------------------------------------------------------------------------------
+# The fused activation: one record with the bits of the three it replaces.
+
+def _activation_bits(fused: bool, p, q, s, w):
+    """Forward value and the two pair parameters' gradients of ``phase(sigmoid(p / s + q / s), w)``
+    recorded as one `record_pair_sigmoid_sum` record or as the records it fuses."""
+    g = Graph(0, 2)
+    t = g.tape
+    t.arena.pair_val[:2] = (p, q)
+    if fused:
+        z = ops.record_pair_sigmoid_sum(t, 0, 1, s)
+    else:
+        z = ops.record_pair_sigmoid(t, ops.record_pair_add(
+            t, ops.record_pair_div_scalar(t, 0, s), ops.record_pair_div_scalar(t, 1, s)))
+    y = Pair(g, z).phase(w)
+    backward(t, y.index)
+    return y.value, t.arena.pair_grad[:2].copy()
+
+
+def test_pair_sigmoid_sum_has_the_bits_of_the_records_it_fuses():
+    rng = np.random.default_rng(23)
+    for _ in range(POINTS):
+        p, q = (U(rng, -300, 300), U(rng, -300, 300)), (U(rng, -300, 300), U(rng, -300, 300))
+        s, w = float(rng.choice([32.0, 3.0, -0.7, U(rng, 0.1, 64)])), U(rng, 0, 1)
+        value, grads = _activation_bits(True, p, q, s, w)
+        chained_value, chained_grads = _activation_bits(False, p, q, s, w)
+        assert value == chained_value, (p, q, s)
+        np.testing.assert_array_equal(grads, chained_grads, err_msg=str((p, q, s)))

@@ -325,6 +325,22 @@ def _vp_bwd(val, vg, pv, pg, o, a, b, k):
 
 
 @njit(**JIT)
+def _sigmoid_sum_fwd(pv, o, a, b, s):
+    for j in range(2):
+        pv[o, j] = sigmoid(pv[a, j] / s + pv[b, j] / s)
+
+
+@njit(**JIT)
+def _sigmoid_sum_bwd(pv, pg, o, a, b, s):
+    for j in range(2):
+        # the sigmoid's partial, then the division's (as `partials` gives them)
+        d = partials(K_DIV, 1.0, s, 0.0)[0] * (partials(K_SIGMOID, 0.0, 0.0, pv[o, j])[0]
+                                              * pg[o, j])
+        pg[a, j] += d
+        pg[b, j] += d
+
+
+@njit(**JIT)
 def _eg_scale_fwd(pv, o, a, s):
     pv[o, 0] = pv[a, 0]
     pv[o, 1] = pv[a, 1] * s
@@ -636,6 +652,8 @@ F_SIGMOID_SQ_ERR = form("sigmoid_sq_err", V, V, N, N, 2, KS_NONE,
 F_SIGMOID_XENT = form("sigmoid_xent", V, V, N, N, 2, KS_NONE,
                       _sigmoid_xent_fwd, "val, o, a, s0, s1",
                       _sigmoid_xent_bwd, "val, vg, o, a, s0, s1", loss="cross_entropy")
+F_SIGMOID_SUM = form("sigmoid_sum", P, P, P, N, 1, KS_NONE, _sigmoid_sum_fwd, "pv, o, a, b, s0",
+                     _sigmoid_sum_bwd, "pv, pg, o, a, b, s0")
 del V, P, N
 
 #: The loss forms: a position's last record, the loss of its evaluation against its target.
@@ -986,6 +1004,14 @@ def record_pair_neg(t: Tape, p: int) -> int:
 def record_pair_sigmoid(t: Tape, p: int) -> int:
     """(sigmoid(mg), sigmoid(eg))"""
     return _record_p(t, K_SIGMOID, p, 0, 0.0, 0.0)
+
+
+@njit(**RECORDER)
+def record_pair_sigmoid_sum(t: Tape, p: int, q: int, s: float) -> int:
+    """(sigmoid(p.mg / s + q.mg / s), sigmoid(p.eg / s + q.eg / s)): an activation of two
+    pairs in one record, the bits of `record_pair_sigmoid` of `record_pair_add` of two
+    `record_pair_div_scalar` records"""
+    return _record_sigmoid_sum(t, 0, p, q, s, 0.0)
 
 
 @njit(**RECORDER)

@@ -61,8 +61,8 @@ from tuner.chess.position import (BISHOP, BLACK, KING, KNIGHT, PAWN, QUEEN, ROOK
 from tuner.tape import (LinearAccumulator, lin_add, lin_clear,
                         lin_record_pair, new_accumulator, new_tape, operand_mark, push_operand,
                         record_add_winnable_eg, record_eg_scale_by_sign, record_lincomb_pair,
-                        record_lincomb_value, record_pair_add, record_pair_div_scalar,
-                        record_pair_mul, record_pair_sigmoid, record_phase, set_params)
+                        record_lincomb_value, record_pair_mul, record_pair_sigmoid_sum,
+                        record_phase, set_params)
 
 from .. import CPP_CLOCKWORK, Evaluation, registered_name
 from ..export import round_half_away, round_params
@@ -271,7 +271,7 @@ class Rec(IntEnum):
 
 
 N_REC_STEPS = len(Rec)
-RECORDS_PER_POSITION = 18
+RECORDS_PER_POSITION = 13
 
 # sigmoid table rows: range_min, range_max, scale, then the 256 values.
 T_MIN = 0
@@ -707,10 +707,10 @@ def features(pos, scratch):
 
 
 @njit(**INLINE)
-def _activation(tape, x, c32):
-    """a * sigmoid(x / 32 + c / 32), componentwise; c32 is the recorded c / 32."""
-    z = record_pair_add(tape, record_pair_div_scalar(tape, x, KS_SCALE), c32)
-    return record_pair_mul(tape, Pair.KS_ACTIVATION_A, record_pair_sigmoid(tape, z))
+def _activation(tape, x):
+    """a * sigmoid(x / 32 + c / 32), componentwise."""
+    return record_pair_mul(tape, Pair.KS_ACTIVATION_A,
+                           record_pair_sigmoid_sum(tape, x, Pair.KS_ACTIVATION_C, KS_SCALE))
 
 
 @njit(**BORROWED)
@@ -723,9 +723,8 @@ def record_eval(tape, scratch, pos):
     steps[Rec.L] = lin_record_pair(tape, scratch.linear)
     steps[Rec.AW] = lin_record_pair(tape, scratch.attack_white)
     steps[Rec.AB] = lin_record_pair(tape, scratch.attack_black)
-    c32 = record_pair_div_scalar(tape, Pair.KS_ACTIVATION_C, KS_SCALE)
-    steps[Rec.ACTW] = _activation(tape, steps[Rec.AW], c32)
-    steps[Rec.ACTB] = _activation(tape, steps[Rec.AB], c32)
+    steps[Rec.ACTW] = _activation(tape, steps[Rec.AW])
+    steps[Rec.ACTB] = _activation(tape, steps[Rec.AB])
     first = operand_mark(tape)
     push_operand(tape, steps[Rec.L], 1.0)
     push_operand(tape, steps[Rec.ACTW], 1.0)
