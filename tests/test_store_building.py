@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.tape import new_tape, ops
-from tuner.tape.player import StoreBuilder, extract, freeze, reordered_store
+from tuner.tape.player import StoreBuilder, extract, freeze, gatherable, reordered_store
 
 #: Pair parameters of the test tapes: slots up to 0x10000 (one past what a u16 holds).
 N_PAIRS = 0x10001
@@ -173,3 +173,26 @@ def test_a_packed_part_joins_a_part_that_is_not_in_the_dtypes_of_the_whole(late)
         local = [np.argsort(np.argsort(part)) for part in parts]
         store = reordered_store(stores, iter(local), 4, 3)
         assert_same_store(store, whole([positions[i] for i in order]))
+
+
+def test_parts_alike_are_gathered_into_the_store_of_the_whole():
+    """Parts of one template whose scalar columns and operand packing agree are `gatherable`:
+    `reordered_store` gathers them (no builder), and the store is still the whole's, bit for
+    bit; parts that differ in either are not."""
+    rng = np.random.default_rng(4)
+    positions = [(0, 2.0, float(rng.choice([0.25, 0.5, 0.75])),
+                  [(int(rng.integers(0, 9)), float(c)) for c in rng.choice([-3.0, 1.0, 3.0], 3)]
+                  + [(1, -3.0), (2, 3.0)]) for _ in range(30)]
+    order = list(rng.permutation(len(positions)))
+    parts = [order[lo: lo + 10] for lo in range(0, 30, 10)]
+    stores = [built([positions[i] for i in sorted(part)], [4]) for part in parts]
+    assert gatherable(stores) and stores[0].coef_bits[0] > 0 and stores[0].scalars.shape[1] == 1
+    local = [np.argsort(np.argsort(part)) for part in parts]
+    store = reordered_store(stores, iter(local), len(order), 7)
+    assert stores == [None] * len(parts)
+    assert_same_store(store, whole([positions[i] for i in order]))
+    # A part whose constant column has another value, or whose coefficients need more bits
+    for changed in ((0, 2.5, 0.25, [(1, -3.0)]), (0, 2.0, 0.25, [(1, -40.0)])):
+        other = [built([positions[i] for i in sorted(part)], []) for part in parts[:2]]
+        other.append(built([positions[i] for i in sorted(parts[2])][:-1] + [changed], []))
+        assert not gatherable(other)

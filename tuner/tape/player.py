@@ -1367,6 +1367,87 @@ def _malloc_trim():
     return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
+#: The fields of a `Store` that describe its templates and its operands' layout, not its
+#: positions: what parts must share to be reordered by a plain gather (`gatherable`).
+LAYOUT_FIELDS = ("t_first", "t_op", "t_out", "t_lhs", "t_rhs", "t_scol", "t_sconst", "t_temps",
+                 "t_out_slots", "t_linear", "params", "coef_bits")
+
+
+def gatherable(parts: list[Store]) -> bool:
+    """Whether the stores `parts` have one template, the same one (its records, scalar columns and
+    constants), and the same operand layout (coefficient bits and dtypes, widths of the
+    per-position arrays): then the store of their positions in any order is theirs gathered
+    (`reordered_store`), bitwise what a `StoreBuilder` would make of them. A builder folds a
+    scalar column constant over the whole, packs the operands in the bits the whole needs and
+    numbers the templates in order of first position: parts that agree on all of it already,
+    agree with the whole (a column constant in each with one value is constant in all, and the
+    fewest coefficient bits of a union of ranges is the most any of them needs)."""
+    first = parts[0]
+    if len(first.t_first) != 2:
+        return False
+    for part in parts[1:]:
+        for name in LAYOUT_FIELDS:
+            a, b = getattr(first, name), getattr(part, name)
+            if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+                return False
+        for name in ("tmpl", "opnd_off", "nary", "scalars", "index", "coef"):
+            a, b = getattr(first, name), getattr(part, name)
+            if a.dtype != b.dtype or a.shape[1:] != b.shape[1:]:
+                return False
+    return True
+
+
+@njit(**JIT)
+def _gather_into(part, rows, first, q, tmpl, counts, nary, scalars, index, coef) -> int:
+    """Positions `rows` of store `part`, in that order, into the store arrays from position
+    `first` and operand `q` on (``counts[i]``: position i's operands); the next operand."""
+    for k in range(rows.shape[0]):
+        r = rows[k]
+        i = first + k
+        tmpl[i] = part.tmpl[r]
+        nary[i, :] = part.nary[r, :]
+        scalars[i, :] = part.scalars[r, :]
+        a, b = part.opnd_off[r], part.opnd_off[r + 1]
+        counts[i] = b - a
+        index[q: q + b - a] = part.index[a: b]
+        if coef.shape[0]:
+            coef[q: q + b - a] = part.coef[a: b]
+        q += b - a
+    return q
+
+
+def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
+    """`reordered_store` of `gatherable` parts: their arrays of positions gathered straight into
+    the store's, each part freed once its positions are in."""
+    n = sum(len(part.tmpl) for part in parts)
+    m = sum(int(part.opnd_off[-1]) for part in parts)
+    like = parts[0]  # (not kept: each part is freed once its positions are in)
+    off_dtype = np.int32 if m <= np.iinfo(np.int32).max else np.int64
+    tmpl = np.empty(n, like.tmpl.dtype)
+    opnd_off = np.empty(n + 1, off_dtype)
+    nary = np.empty((n,) + like.nary.shape[1:], like.nary.dtype)
+    scalars = np.empty((n,) + like.scalars.shape[1:], like.scalars.dtype)
+    index = np.empty(m, like.index.dtype)
+    coef = np.empty(0 if like.coef_bits[0] else m, like.coef.dtype)  # (empty when packed)
+    layout = {name: getattr(like, name).copy() for name in LAYOUT_FIELDS}
+    del like
+    first = q = 0
+    for i, part_rows in enumerate(rows):
+        part, parts[i] = parts[i], None
+        part_rows = np.ascontiguousarray(part_rows, dtype=np.int64)
+        q = _gather_into(part, part_rows, first, q, tmpl, opnd_off[1:], nary, scalars, index,
+                         coef)
+        first += len(part_rows)
+        del part
+        return_freed_memory()
+    if first != n:
+        raise ValueError(f"the parts' rows name {first} positions, the parts hold {n}")
+    opnd_off[0] = 0
+    np.cumsum(opnd_off[1:], out=opnd_off[1:])  # (the counts summed in place)
+    return Store(tmpl=tmpl, opnd_off=opnd_off, nary=nary, scalars=scalars, index=index,
+                 coef=coef, **layout)
+
+
 def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: int,
                     chunk: int) -> Store:
     """The store of positions ``rows[0]`` of ``parts[0]``, then ``rows[1]`` of ``parts[1]``, ...
@@ -1376,9 +1457,11 @@ def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: in
     memory, and one part's, at most. Positions go into the builder `chunk` at a time
     (`store_chunk`), each chunk made on a second thread while the builder adds the one before
     (the two are about even: the compiled loops run at once); `expected` positions (a hint)
-    size its arrays."""
+    size its arrays. Parts that are `gatherable` are gathered instead (the same store)."""
     if not parts:
         raise ValueError("no stores to reorder")
+    if gatherable(parts):  # (the usual case: one template, parts alike)
+        return _gathered_store(parts, rows)
     params = parts[0].params
     return_freed_memory()  # (what building the parts freed, and their trimmed tails)
     builder = StoreBuilder(int(params[0]), int(params[1]), expected)
