@@ -196,3 +196,12 @@ def test_parts_alike_are_gathered_into_the_store_of_the_whole():
         other = [built([positions[i] for i in sorted(part)], []) for part in parts[:2]]
         other.append(built([positions[i] for i in sorted(parts[2])][:-1] + [changed], []))
         assert not gatherable(other)
+
+
+def test_gathered_parts_refuse_rows_that_are_not_an_order_of_their_positions():
+    positions = [(0, 2.0, 0.5, [(1, 1.0)]) for _ in range(6)]
+    for bad in ([0, 0, 1], [0, 1], [0, 1, 3], [-1, 0, 1]):
+        stores = [built(positions[:3], []), built(positions[3:], [])]
+        assert gatherable(stores)
+        with pytest.raises(ValueError, match="not an order of its 3 positions"):
+            reordered_store(stores, iter([np.array(bad), np.arange(3)]), 6, 2)

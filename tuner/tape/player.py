@@ -1397,6 +1397,12 @@ def gatherable(parts: list[Store]) -> bool:
     return True
 
 
+def _is_permutation(rows: np.ndarray, n: int) -> bool:
+    """Whether `rows` are ``0..n - 1`` in some order."""
+    return len(rows) == n and (n == 0 or (rows.min() >= 0 and rows.max() < n
+                                          and bool(np.all(np.bincount(rows, minlength=n) == 1))))
+
+
 @njit(**JIT)
 def _gather_into(part, rows, first, q, tmpl, counts, nary, scalars, index, coef) -> int:
     """Positions `rows` of store `part`, in that order, into the store arrays from position
@@ -1417,8 +1423,9 @@ def _gather_into(part, rows, first, q, tmpl, counts, nary, scalars, index, coef)
 
 
 def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
-    """`reordered_store` of `gatherable` parts: their arrays of positions gathered straight into
-    the store's, each part freed once its positions are in."""
+    """`reordered_store` of `gatherable` parts, each part's rows an order of all its positions:
+    their arrays of positions gathered straight into the store's, each part freed once its
+    positions are in."""
     n = sum(len(part.tmpl) for part in parts)
     m = sum(int(part.opnd_off[-1]) for part in parts)
     like = parts[0]  # (not kept: each part is freed once its positions are in)
@@ -1435,13 +1442,15 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
     for i, part_rows in enumerate(rows):
         part, parts[i] = parts[i], None
         part_rows = np.ascontiguousarray(part_rows, dtype=np.int64)
+        if not _is_permutation(part_rows, len(part.tmpl)):  # (what n and m count)
+            raise ValueError(f"part {i}'s rows are not an order of its {len(part.tmpl)} positions")
         q = _gather_into(part, part_rows, first, q, tmpl, opnd_off[1:], nary, scalars, index,
                          coef)
         first += len(part_rows)
         del part
         return_freed_memory()
     if first != n:
-        raise ValueError(f"the parts' rows name {first} positions, the parts hold {n}")
+        raise ValueError(f"rows were given for {first} of the parts' {n} positions")
     opnd_off[0] = 0
     np.cumsum(opnd_off[1:], out=opnd_off[1:])  # (the counts summed in place)
     return Store(tmpl=tmpl, opnd_off=opnd_off, nary=nary, scalars=scalars, index=index,
@@ -1451,7 +1460,8 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
 def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: int,
                     chunk: int) -> Store:
     """The store of positions ``rows[0]`` of ``parts[0]``, then ``rows[1]`` of ``parts[1]``, ...
-    in that order (`rows` may be an iterator: each part's rows are made when its turn comes):
+    in that order, ``rows[p]`` an order of every position of part p (`rows` may be an iterator:
+    each part's rows are made when its turn comes):
     bitwise the store a `StoreBuilder` makes of their recordings in that order, each part freed
     (its entry of `parts` set to None) once its positions are in; so it costs the store's own
     memory, and one part's, at most. Positions go into the builder `chunk` at a time
