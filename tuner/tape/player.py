@@ -1404,9 +1404,11 @@ def _is_permutation(rows: np.ndarray, n: int) -> bool:
 
 
 @njit(**JIT)
-def _gather_into(part, rows, first, q, tmpl, counts, nary, scalars, index, coef) -> int:
-    """Positions `rows` of store `part`, in that order, into the store arrays from position
-    `first` and operand `q` on (``counts[i]``: position i's operands); the next operand."""
+def _gather_into(part, rows, first, q, out) -> int:
+    """Positions `rows` of store `part`, in that order, into the store arrays ``out = (tmpl,
+    counts, nary, scalars, index, coef)`` from position `first` and operand `q` on
+    (``counts[i]``: position i's operands); the next operand."""
+    tmpl, counts, nary, scalars, index, coef = out
     for k in range(rows.shape[0]):
         r = rows[k]
         i = first + k
@@ -1444,8 +1446,7 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
         part_rows = np.ascontiguousarray(part_rows, dtype=np.int64)
         if not _is_permutation(part_rows, len(part.tmpl)):  # (what n and m count)
             raise ValueError(f"part {i}'s rows are not an order of its {len(part.tmpl)} positions")
-        q = _gather_into(part, part_rows, first, q, tmpl, opnd_off[1:], nary, scalars, index,
-                         coef)
+        q = _gather_into(part, part_rows, first, q, (tmpl, opnd_off[1:], nary, scalars, index, coef))
         first += len(part_rows)
         del part
         return_freed_memory()
