@@ -1160,6 +1160,12 @@ def _kept_into(flat, starts, counts, tmpl, cols, out):
 OPERAND_MARGIN = 1 / 32
 
 
+def offset_dtype(operands: int):
+    """The dtype of a store's `opnd_off` for `operands` operands in all: int32, or int64 past
+    2^31 - 1 of them."""
+    return np.int32 if operands <= np.iinfo(np.int32).max else np.int64
+
+
 class StoreBuilder:
     """Merges the chunks of `extract`, in position order, into one `Store` as they come: each
     chunk goes once into arrays grown in place, already in the store's layout (its operands
@@ -1231,7 +1237,7 @@ class StoreBuilder:
         # A scalar column constant over a template is in the template.
         scalars, t_scol, t_sconst = self.scalars.finish(recs, t_first, tmpl)
         opnd_off = self.n_opnd.trimmed()
-        if opnd_off.sum(dtype=np.int64) <= np.iinfo(np.int32).max:
+        if offset_dtype(int(opnd_off.sum(dtype=np.int64))) == np.int32:
             np.cumsum(opnd_off, dtype=np.int32, out=opnd_off)
         else:  # (a copy: 8 bytes a position, for more operands than 2^31 - 1)
             opnd_off = np.cumsum(opnd_off, dtype=np.int64)
@@ -1431,14 +1437,13 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
     n = sum(len(part.tmpl) for part in parts)
     m = sum(int(part.opnd_off[-1]) for part in parts)
     like = parts[0]  # (not kept: each part is freed once its positions are in)
-    off_dtype = np.int32 if m <= np.iinfo(np.int32).max else np.int64
     tmpl = np.empty(n, like.tmpl.dtype)
-    opnd_off = np.empty(n + 1, off_dtype)
+    opnd_off = np.empty(n + 1, offset_dtype(m))
     nary = np.empty((n,) + like.nary.shape[1:], like.nary.dtype)
     scalars = np.empty((n,) + like.scalars.shape[1:], like.scalars.dtype)
     index = np.empty(m, like.index.dtype)
     coef = np.empty(0 if like.coef_bits[0] else m, like.coef.dtype)  # (empty when packed)
-    layout = {name: getattr(like, name).copy() for name in LAYOUT_FIELDS}
+    layout = {name: getattr(like, name) for name in LAYOUT_FIELDS}  # (small arrays)
     del like
     first = q = 0
     for i, part_rows in enumerate(rows):

@@ -135,7 +135,7 @@ def cut_chunks(order, micro, segment, starts) -> int:
     k = 0
     i = 0
     while i < n:
-        hi = _segment_bounds(order[i], segment)[1]
+        hi = _segment_end(order[i], segment)
         j = min(i + micro, n)
         if order[j - 1] >= hi:  # the segment ends within: at the first row of the next
             j = i + np.searchsorted(order[i:j], hi)
@@ -146,11 +146,11 @@ def cut_chunks(order, micro, segment, starts) -> int:
 
 
 @njit(**INLINE)
-def _segment_bounds(row, segment):
-    """The first row of `row`'s segment, and the first of the next (within int64: a segment
-    starts at a row, so it ends at most `segment` rows past one)."""
+def _segment_end(row, segment):
+    """The first row of the segment after `row`'s (within int64: a segment starts at a row, so
+    it ends at most `segment` rows past one)."""
     lo = row // segment * segment
-    return lo, lo + min(segment, np.iinfo(np.int64).max - lo)
+    return lo + min(segment, np.iinfo(np.int64).max - lo)
 
 
 #: Bits per word of the bitmap `store_order` sorts with.

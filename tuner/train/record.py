@@ -248,8 +248,11 @@ class StoreRecorder:
             f.result()
 
     def close(self) -> None:
+        """Stop the workers and free the tapes (the recorder is spent): whoever still holds the
+        recorder (a cycle through its workers' frames, say) holds no recording."""
         if self.pool is not None:
             self.pool.shutdown()
+        self.tapes = self.scratch = self.slots = None
 
     def _jobs(self, b: int, positions, targets: np.ndarray, n: int) -> list[_Job]:
         """The micro-batches of the first `n` of `positions` for builder `b`."""
