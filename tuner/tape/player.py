@@ -1443,7 +1443,8 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
     scalars = np.empty((n,) + like.scalars.shape[1:], like.scalars.dtype)
     index = np.empty(m, like.index.dtype)
     coef = np.empty(0 if like.coef_bits[0] else m, like.coef.dtype)  # (empty when packed)
-    layout = {name: getattr(like, name) for name in LAYOUT_FIELDS}  # (small arrays)
+    # the first part's small layout arrays, not copied: holding them keeps no more of it alive
+    layout = {name: getattr(like, name) for name in LAYOUT_FIELDS}
     del like
     first = q = 0
     for i, part_rows in enumerate(rows):

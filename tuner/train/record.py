@@ -249,7 +249,7 @@ class StoreRecorder:
 
     def close(self) -> None:
         """Stop the workers and free the tapes (the recorder is spent): whoever still holds the
-        recorder (a cycle through its workers' frames, say) holds no recording."""
+        recorder (a reference cycle did, until the collector ran) holds no recording."""
         if self.pool is not None:
             self.pool.shutdown()
         self.tapes = self.scratch = self.slots = None
