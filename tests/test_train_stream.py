@@ -4,6 +4,7 @@ their file rows across batch boundaries; several datasets; and the positions are
 from __future__ import annotations
 
 import functools
+import gc
 import re
 import tracemalloc
 
@@ -175,6 +176,9 @@ class _Growth(Observer):
         self.start = tracemalloc.get_traced_memory()[0]
 
     def load_end(self, n_positions, seconds):
+        # what is held, not garbage awaiting the collector (Numba's compiling in the window
+        # leaves megabytes of it, more or less by what the cache lacked)
+        gc.collect()
         self.growth = tracemalloc.get_traced_memory()[0] - self.start
 
 
