@@ -107,6 +107,7 @@ def timed_phases() -> Timed:
     timed.wrap(record, "extract", "extract")
     timed.wrap(StoreBuilder, "add", "store add")
     timed.wrap(StoreBuilder, "finish", "store finish")
+    timed.wrap(record, "reordered_store", "reorder (blocks)")
     timed.wrap(stream, "split_data", "split")
     timed.wrap(record.StoreRecorder, "wait", "reader waits")
     return timed

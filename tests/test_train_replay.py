@@ -3,13 +3,14 @@ and non-linear evaluations, including runs in which positions change branch."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
 from numba import njit
 
 import nonlinear_eval
-from tuner.evals import EVALUATIONS, Evaluation, get_evaluation
+from tuner.evals import EVALUATIONS, Evaluation, EvaluationIndexError, get_evaluation
 from tuner.evals import clockwork as cw
 from tuner.tape import lin_add, lin_record_pair, new_tape, record_const, record_phase, set_params
 from tuner.tape.ops import (F_ADD_CLAMPED_EG, F_ADD_WINNABLE_EG, F_EG_SCALE_BY_SIGN, F_PHASE, F_SIGMOID_SQ_ERR,
@@ -87,6 +88,46 @@ def test_a_store_recorded_into_an_order_is_the_store_of_the_positions_in_it(tiny
             recorder.add(tiny.positions[lo: lo + batch], tiny.results[lo: lo + batch])
         got = recorder.finish()
         assert store_digest(got) == store_digest(want), (threads, micro, batch)
+
+
+class _Refusing:
+    """An evaluation that refuses the recordings of `bad` positions (an index error), the first
+    of them only after the later ones had time to fail, so that the micro-batches' failures come
+    in another order than their positions'."""
+
+    def __init__(self, ev, bad):
+        self.ev, self.bad = ev, [p.tobytes() for p in bad]
+
+    def __getattr__(self, name):
+        return getattr(self.ev, name)
+
+    def check_recording(self, tape, positions, rows, slots):
+        self.ev.check_recording(tape, positions, rows, slots)
+        for row in rows:
+            if positions[row].tobytes() in self.bad:
+                which = self.bad.index(positions[row].tobytes())
+                if which == 0:
+                    time.sleep(0.3)
+                raise EvaluationIndexError(f"bad position {which}")
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_recording_error_is_the_first_position_s_whatever_finishes_first(tiny, ordered):
+    """Micro-batches are recorded ahead of the batches given (`RECORD_AHEAD`), on threads that
+    finish in any order: the error raised is that of the first micro-batch queued that fails (an
+    order the positions given fix), not that of the first to fail in time."""
+    ev = get_evaluation("clockwork")
+    n = len(tiny.results)
+    _, first = np.unique(tiny.positions, axis=0, return_index=True)
+    unique = np.sort(first)   # positions that occur once
+    bad = tiny.positions[[unique[len(unique) // 4], unique[3 * len(unique) // 4]]]
+    stored = np.random.default_rng(5).permutation(n) if ordered else n
+    recorder = StoreRecorder(_Refusing(ev, bad), K, 2, 16, stored)
+    with pytest.raises(EvaluationIndexError, match="bad position 0"):
+        for lo in range(0, n, 300):
+            recorder.add(tiny.positions[lo: lo + 300], tiny.results[lo: lo + 300])
+        recorder.finish()
+    recorder.close()
 
 
 def perturbed(ev, seed):

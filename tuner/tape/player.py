@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, NamedTuple
 
@@ -1403,10 +1404,17 @@ def gatherable(parts: list[Store]) -> bool:
     return True
 
 
-def _is_permutation(rows: np.ndarray, n: int) -> bool:
+@njit(**JIT)
+def _is_permutation(rows, n) -> bool:
     """Whether `rows` are ``0..n - 1`` in some order."""
-    return len(rows) == n and (n == 0 or (rows.min() >= 0 and rows.max() < n
-                                          and bool(np.all(np.bincount(rows, minlength=n) == 1))))
+    if rows.shape[0] != n:
+        return False
+    seen = np.zeros(n, np.bool_)
+    for r in rows:
+        if r < 0 or r >= n or seen[r]:
+            return False
+        seen[r] = True
+    return True
 
 
 @njit(**JIT)
@@ -1430,12 +1438,16 @@ def _gather_into(part, rows, first, q, out) -> int:
     return q
 
 
-def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
+def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray], threads: int) -> Store:
     """`reordered_store` of `gatherable` parts, each part's rows an order of all its positions:
     their arrays of positions gathered straight into the store's, each part freed once its
-    positions are in."""
+    positions are in. Each part's positions and operands have their own place in the store
+    (after the parts before), so `threads` parts are gathered at once, each on its own thread
+    (the compiled loop releases the GIL) while the next part's rows are made."""
     n = sum(len(part.tmpl) for part in parts)
     m = sum(int(part.opnd_off[-1]) for part in parts)
+    first = np.cumsum([0] + [len(part.tmpl) for part in parts])
+    first_operand = np.cumsum([0] + [int(part.opnd_off[-1]) for part in parts])
     like = parts[0]  # (not kept: each part is freed once its positions are in)
     tmpl = np.empty(n, like.tmpl.dtype)
     opnd_off = np.empty(n + 1, offset_dtype(m))
@@ -1446,18 +1458,29 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
     # the first part's small layout arrays, not copied: holding them keeps no more of it alive
     layout = {name: getattr(like, name) for name in LAYOUT_FIELDS}
     del like
-    first = q = 0
-    for i, part_rows in enumerate(rows):
+    out = (tmpl, opnd_off[1:], nary, scalars, index, coef)
+
+    def gather(i: int, part_rows: np.ndarray) -> None:
         part, parts[i] = parts[i], None
         part_rows = np.ascontiguousarray(part_rows, dtype=np.int64)
         if not _is_permutation(part_rows, len(part.tmpl)):  # (what n and m count)
             raise ValueError(f"part {i}'s rows are not an order of its {len(part.tmpl)} positions")
-        q = _gather_into(part, part_rows, first, q, (tmpl, opnd_off[1:], nary, scalars, index, coef))
-        first += len(part_rows)
-        del part
-        return_freed_memory()
-    if first != n:
-        raise ValueError(f"rows were given for {first} of the parts' {n} positions")
+        _gather_into(part, part_rows, first[i], first_operand[i], out)
+
+    given = 0
+    with ThreadPoolExecutor(threads) as pool:
+        running: deque = deque()
+        for i, part_rows in enumerate(rows):
+            if len(running) == threads:
+                running.popleft().result()
+                return_freed_memory()
+            running.append(pool.submit(gather, i, part_rows))
+            given += 1
+        for f in running:
+            f.result()
+    return_freed_memory()
+    if given != len(parts):
+        raise ValueError(f"rows were given for {first[given]} of the parts' {n} positions")
     opnd_off[0] = 0
     np.cumsum(opnd_off[1:], out=opnd_off[1:])  # (the counts summed in place)
     return Store(tmpl=tmpl, opnd_off=opnd_off, nary=nary, scalars=scalars, index=index,
@@ -1465,7 +1488,7 @@ def _gathered_store(parts: list[Store], rows: Iterable[np.ndarray]) -> Store:
 
 
 def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: int,
-                    chunk: int) -> Store:
+                    chunk: int, threads: int = 1) -> Store:
     """The store of positions ``rows[0]`` of ``parts[0]``, then ``rows[1]`` of ``parts[1]``, ...
     in that order, ``rows[p]`` an order of every position of part p (`rows` may be an iterator:
     each part's rows are made when its turn comes):
@@ -1474,11 +1497,12 @@ def reordered_store(parts: list[Store], rows: Iterable[np.ndarray], expected: in
     memory, and one part's, at most. Positions go into the builder `chunk` at a time
     (`store_chunk`), each chunk made on a second thread while the builder adds the one before
     (the two are about even: the compiled loops run at once); `expected` positions (a hint)
-    size its arrays. Parts that are `gatherable` are gathered instead (the same store)."""
+    size its arrays. Parts that are `gatherable` are gathered instead (the same store), on
+    `threads` threads."""
     if not parts:
         raise ValueError("no stores to reorder")
     if gatherable(parts):  # (the usual case: one template, parts alike)
-        return _gathered_store(parts, rows)
+        return _gathered_store(parts, rows, threads)
     params = parts[0].params
     return_freed_memory()  # (what building the parts freed, and their trimmed tails)
     builder = StoreBuilder(int(params[0]), int(params[1]), expected)

@@ -12,7 +12,9 @@ Both then run the same records through the same sweeps, so they agree bit for bi
 from __future__ import annotations
 
 import math
+import queue
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -100,6 +102,14 @@ RECORD_PARTS = 64
 RECORD_TRIMS = 16
 #: The part of a position in no part of the order (dropped: neither trained on nor held out).
 NO_PART = np.iinfo(np.uint8).max
+#: Positions given to the recording threads and not yet recorded at which `StoreRecorder.add`
+#: waits (48 micro-batches of `RECORD_MICRO`): so far ahead the reader may run. A blocks run's
+#: parts fill their micro-batches at about the same time (each takes 1/64 of every batch), so
+#: its micro-batches come in bursts of `RECORD_PARTS` every few batches; waiting for each batch's
+#: recording before the next was read left the threads idle between the bursts (a third of the
+#: second pass, measured at 6.97 M). This lets the reader read on while they work off a burst,
+#: and bounds what it holds ahead of them (about 7 MB of positions).
+RECORD_AHEAD = 48 * RECORD_MICRO
 #: Positions of a part appended to the store at a time (`tuner.tape.player.reordered_store`):
 #: each addition costs Python work that more positions share more thinly.
 REORDER_CHUNK = 1 << 16
@@ -137,6 +147,15 @@ class _Parts:
         return local
 
 
+class _Worker(NamedTuple):
+    """What recording a micro-batch works in: a tape, the evaluation's scratch and the slots of
+    the positions' outputs (one per thread)."""
+
+    tape: object
+    scratch: object
+    slots: np.ndarray
+
+
 class _Job(NamedTuple):
     """A micro-batch to record: rows ``lo:hi`` of `batch`, into builder `builder`, the first of
     them its `base`-th position (what its errors are numbered from)."""
@@ -159,10 +178,11 @@ class StoreRecorder:
     store in order as soon as their turn comes (a finished micro-batch waits only for the ones
     before it), so the recordings are never all held at once either; the store is the same for
     any thread count and any batches. With several threads, `add` returns as soon as the batch's
-    recording has started, so that the caller reads the next batch meanwhile; the next `add`
-    (or `finish`) waits for it and raises what it raised. `stored` positions (a hint) size the
-    store's arrays. `progress(n)` is called (from the worker threads) after each micro-batch of
-    n positions.
+    micro-batches are queued, so that the caller reads the next batch meanwhile; an `add` waits
+    only while more than `RECORD_AHEAD` positions are queued or being recorded, `finish` for
+    all, and either raises what the first micro-batch queued that failed raised (whichever
+    thread failed first). `stored` positions (a hint) size the store's arrays. `progress(n)` is
+    called (from the worker threads) after each micro-batch of n positions.
 
     Given, as `stored`, an order (a blocks run's `tuner.train.stream.record_order`: rows of the
     positions that will be given, in the store's order), the store holds the positions in that
@@ -183,9 +203,11 @@ class StoreRecorder:
         self.expected = len(stored) if ordered else stored
         sizes = [self.parts.size] * self.parts.count if ordered else [stored]
         self.builders = [StoreBuilder(reg.n_values, reg.n_params, size) for size in sizes]
-        self.tapes = [new_training_tape(reg, micro) for _ in range(n_threads)]
-        self.scratch = [evaluation.new_scratch() for _ in range(n_threads)]
-        self.slots = [np.zeros((2, micro), np.int64) for _ in range(n_threads)]
+        # one (tape, scratch, slots) per thread: a micro-batch takes one that is free
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(n_threads):
+            self.free.put(_Worker(new_training_tape(reg, micro), evaluation.new_scratch(),
+                                  np.zeros((2, micro), np.int64)))
         self.pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
         self.lock = threading.Lock()
         self.given = 0                 # positions given
@@ -193,12 +215,16 @@ class StoreRecorder:
         self.done = [0] * len(sizes)   # positions of each builder given to the workers
         # each builder's partial micro-batch (positions of any kind)
         self.pending = [(None, np.zeros(0)) for _ in sizes]
-        self.running: list = []        # the workers' futures of the last batch
+        self.queued = 0                # micro-batches given to the workers so far
+        self.turn = 0                  # the next of them to go into its builder
+        self.ready: dict = {}          # recorded micro-batches waiting for their turn
+        self.running: deque = deque()  # (future, positions) of the micro-batches in flight
+        self.in_flight = 0             # their positions
 
     def add(self, positions: np.ndarray, targets: np.ndarray) -> None:
         """Record `positions` (uint64[n, 9], or a trace's rows) with their targets
         (float64[n]), after the ones given before."""
-        self.wait()
+        self.wait(RECORD_AHEAD)
         if self.parts is None:
             parts = [(0, positions, targets)]
         else:
@@ -237,22 +263,24 @@ class StoreRecorder:
             parts, self.parts = self.parts, None
             parts.of = None  # (every position is in its part's store)
             return reordered_store(stores, map(parts.local, range(parts.count)), self.expected,
-                                   REORDER_CHUNK)
+                                   REORDER_CHUNK, self.n_threads)
         finally:
             self.close()
 
-    def wait(self) -> None:
-        """Until the last batch is recorded (its workers' exceptions raised here)."""
-        running, self.running = self.running, []
-        for f in running:
-            f.result()
+    def wait(self, ahead: int = 0) -> None:
+        """Until at most `ahead` positions given are still to be recorded (the micro-batches'
+        exceptions raised here, the first given first)."""
+        while self.running and self.in_flight > ahead:
+            future, n = self.running.popleft()
+            self.in_flight -= n
+            future.result()
 
     def close(self) -> None:
         """Stop the workers and free the tapes (the recorder is spent): whoever still holds the
         recorder (a reference cycle did, until the collector ran) holds no recording."""
         if self.pool is not None:
-            self.pool.shutdown()
-        self.tapes = self.scratch = self.slots = None
+            self.pool.shutdown(cancel_futures=True)
+        self.free = self.running = self.ready = None
 
     def _jobs(self, b: int, positions, targets: np.ndarray, n: int) -> list[_Job]:
         """The micro-batches of the first `n` of `positions` for builder `b`."""
@@ -262,37 +290,43 @@ class StoreRecorder:
                 for lo in range(0, n, self.micro)]
 
     def _record(self, jobs: list[_Job]) -> None:
-        """Start recording `jobs` into their builders, in order (done before returning on one
+        """Queue `jobs` for the workers, after the ones queued before (recorded at once on one
         thread)."""
-        ready: dict[int, object] = {}
-        turn = [0]        # the next micro-batch to go into its builder
+        for job in jobs:
+            if self.pool is None:
+                self._work(self.queued, job)
+            else:
+                n = job.hi - job.lo
+                self.running.append((self.pool.submit(self._work, self.queued, job), n))
+                self.in_flight += n
+            self.queued += 1
 
-        def work(w):
-            for c in range(w, len(jobs), self.n_threads):
-                job = jobs[c]
-                slots = self.slots[w][:, : job.hi - job.lo]
-                self.tapes[w], self.scratch[w] = record_positions(
-                    self.evaluation, self.tapes[w], self.scratch[w], job.batch,
-                    np.arange(job.lo, job.hi), slots)
-                try:
-                    part = extract(self.tapes[w].rec, slots, base=job.base)
-                except FreezeError as e:
-                    if self.parts is None:
-                        raise
-                    raise FreezeError(f"{e} (positions numbered in part {job.builder} of the "
-                                      f"recording order)") from None
-                with self.lock:
-                    ready[c] = part
-                    while turn[0] in ready:
-                        self.builders[jobs[turn[0]].builder].add(ready.pop(turn[0]))
-                        turn[0] += 1
-                if self.progress is not None:
-                    self.progress(job.hi - job.lo)
-
-        if self.pool is not None:
-            self.running = [self.pool.submit(work, w) for w in range(self.n_threads)]
-        else:
-            work(0)
+    def _work(self, seq: int, job: _Job) -> None:
+        """Record micro-batch number `seq` (`job`) on a free tape, and put the recorded ones
+        whose turn has come into their builders."""
+        w = self.free.get()
+        try:
+            slots = w.slots[:, : job.hi - job.lo]
+            tape, scratch = record_positions(self.evaluation, w.tape, w.scratch, job.batch,
+                                             np.arange(job.lo, job.hi), slots)
+            w = w._replace(tape=tape, scratch=scratch)
+            try:
+                part = extract(tape.rec, slots, base=job.base)
+            except FreezeError as e:
+                if self.parts is None:
+                    raise
+                raise FreezeError(f"{e} (positions numbered in part {job.builder} of the "
+                                  f"recording order)") from None
+        finally:
+            self.free.put(w)
+        with self.lock:
+            self.ready[seq] = (job.builder, part)
+            while self.turn in self.ready:
+                builder, part = self.ready.pop(self.turn)
+                self.builders[builder].add(part)
+                self.turn += 1
+        if self.progress is not None:
+            self.progress(job.hi - job.lo)
 
 
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,
