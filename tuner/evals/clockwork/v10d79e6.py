@@ -25,7 +25,8 @@ Two forms follow from the same features:
   the king-safety sigmoid from a 256-entry table built from the current a and c with fixed-point
   interpolation, C++ truncating divisions;
 * the continuous form on the tape (`record_eval`), which the engine's tuner differentiates:
-  three linear-combination records, the sigmoid ops, then `record_add_winnable_eg`,
+  three linear-combination records, the sigmoid ops, S as a pair add and a pair subtraction
+  (fixed slots: no list of three operands stored per position), then `record_add_winnable_eg`,
   `record_eg_scale_by_sign` and `record_phase`. Every choice that depends on parameter values
   (signs of eg, the clamp, the strong side) happens inside those ops at each sweep.
 
@@ -60,9 +61,9 @@ from tuner.chess.position import (BISHOP, BLACK, KING, KNIGHT, PAWN, QUEEN, ROOK
                                   W_PAWN, W_WHITE, WHITE)
 from tuner.tape import (LinearAccumulator, lin_add, lin_clear,
                         lin_record_pair, new_accumulator, new_tape, operand_mark, push_operand,
-                        record_add_winnable_eg, record_eg_scale_by_sign, record_lincomb_pair,
-                        record_lincomb_value, record_pair_mul, record_pair_sigmoid_sum,
-                        record_phase, set_params)
+                        record_add_winnable_eg, record_eg_scale_by_sign,
+                        record_lincomb_value, record_pair_add, record_pair_mul,
+                        record_pair_sigmoid_sum, record_pair_sub, record_phase, set_params)
 
 from .. import CPP_CLOCKWORK, Evaluation, registered_name
 from ..export import round_half_away, round_params
@@ -725,11 +726,10 @@ def record_eval(tape, scratch, pos):
     steps[Rec.AB] = lin_record_pair(tape, scratch.attack_black)
     steps[Rec.ACTW] = _activation(tape, steps[Rec.AW])
     steps[Rec.ACTB] = _activation(tape, steps[Rec.AB])
-    first = operand_mark(tape)
-    push_operand(tape, steps[Rec.L], 1.0)
-    push_operand(tape, steps[Rec.ACTW], 1.0)
-    push_operand(tape, steps[Rec.ACTB], -1.0)
-    steps[Rec.S] = record_lincomb_pair(tape, first)
+    # S = (L + ACT_W) - ACT_B: two records of fixed slots, not a list of three operands that
+    # every position would store
+    steps[Rec.S] = record_pair_sub(tape, record_pair_add(tape, steps[Rec.L], steps[Rec.ACTW]),
+                                   steps[Rec.ACTB])
     first = operand_mark(tape)
     for k in range(N_VALUES):
         if ints[k] != 0:
