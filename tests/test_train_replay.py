@@ -112,7 +112,7 @@ class _Refusing:
 
 
 @pytest.mark.parametrize("ordered", [False, True])
-def test_a_recording_error_is_the_first_position_s_whatever_finishes_first(tiny, ordered):
+def test_the_error_raised_is_the_first_queued_failure_whatever_fails_first(tiny, ordered):
     """Micro-batches are recorded ahead of the batches given (`RECORD_AHEAD`), on threads that
     finish in any order: the error raised is that of the first micro-batch queued that fails (an
     order the positions given fix), not that of the first to fail in time."""
