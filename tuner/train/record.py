@@ -269,8 +269,10 @@ class StoreRecorder:
 
     def wait(self, ahead: int = 0) -> None:
         """Until at most `ahead` positions given are still to be recorded (the micro-batches'
-        exceptions raised here, the first given first)."""
-        while self.running and self.in_flight > ahead:
+        exceptions raised here, the first given first). Micro-batches already recorded at the
+        head of the queue are let go too, so that `in_flight` counts only those still to be
+        recorded and a failure is raised at the next `add`, not `RECORD_AHEAD` positions later."""
+        while self.running and (self.in_flight > ahead or self.running[0][0].done()):
             future, n = self.running.popleft()
             self.in_flight -= n
             future.result()
