@@ -114,19 +114,26 @@ def _take_all(taken, n, out):
 
 def test_workers_taking_chunks_at_once_take_each_once():
     """Four threads taking from one counter in compiled loops (the GIL released) get every index
-    of 0..n-1 exactly once between them."""
+    of 0..n-1 exactly once between them. A thread may take them all before the others wake on a
+    loaded machine, which tests nothing: such a run is checked and then run again, until one where
+    more than one thread took some (at most ten runs)."""
     n = 2_000_000
-    taken = np.zeros(1, np.int64)
     outs = [np.full(n, -1, np.int64) for _ in range(4)]
     _take_all(np.zeros(1, np.int64), 0, outs[0])  # compiled before the threads start
-    start = threading.Barrier(4)
+    shared = 0
+    for _ in range(10):
+        taken = np.zeros(1, np.int64)
+        start = threading.Barrier(4)
 
-    def take(out):
-        start.wait()
-        return _take_all(taken, n, out)
+        def take(out):
+            start.wait()
+            return _take_all(taken, n, out)
 
-    with ThreadPoolExecutor(4) as pool:
-        counts = list(pool.map(take, outs))
-    got = np.concatenate([out[:m] for out, m in zip(outs, counts)])
-    assert sum(counts) == n and np.array_equal(np.sort(got), np.arange(n))
-    assert sum(m > 0 for m in counts) >= 2  # (more than one thread took some)
+        with ThreadPoolExecutor(4) as pool:
+            counts = list(pool.map(take, outs))
+        got = np.concatenate([out[:m] for out, m in zip(outs, counts)])
+        assert sum(counts) == n and np.array_equal(np.sort(got), np.arange(n))
+        shared = sum(m > 0 for m in counts)
+        if shared >= 2:
+            break
+    assert shared >= 2  # (some run had more than one thread taking)
