@@ -53,16 +53,16 @@ def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
     `lin_record_pair` to report. (Compiled without reference counting, `tuner.jit.BORROWED`: the
     rare bad index is a branch of its own, and the usual path two loads and up to four stores.)"""
     count = acc.count
-    j = index
+    j = np.uint64(index)  # (unsigned, once in range: no wraparound in the indexing below)
     if not 0 <= index < acc.coef.shape[0]:
-        j = 0
+        j = np.uint64(0)
         coef = 0
         if count[A_BAD] == 0:
             count[A_BAD_INDEX] = index
             count[A_BAD] = 1
     if acc.seen[j] == 0:
         acc.seen[j] = 1
-        acc.touched[count[A_IN_USE]] = j
+        acc.touched[np.uint64(count[A_IN_USE])] = j
         count[A_IN_USE] += 1
     acc.coef[j] += coef
 
@@ -105,7 +105,7 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     worst = -1  # the largest index recorded: branch-free, one check after the loop
     for i in range(m):
         j = touched[i]
-        nz = coef[j] != 0
+        nz = coef[np.uint64(j)] != 0
         n += nz
         worst = max(worst, j if nz else -1)
     ensure_room(t, 1, 0, 1, n)
@@ -116,7 +116,7 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     idx, cf = t.rec.opnd_index, t.rec.opnd_coef
     q = first
     for i in range(m):
-        j = touched[i]
+        j = np.uint64(touched[i])  # (unsigned: `lin_add` keeps them in range, no wraparound)
         c = coef[j]
         if c != 0:  # room was checked above: write the operands directly
             idx[q] = j

@@ -302,7 +302,8 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
         s0, q0, o0 = w_s, w_q, w_o
         k = cand
         for s in range(n_seg):
-            for r in range(ranges[s, i, 0], ranges[s, i, 1]):
+            # (the records in unsigned indices, as `position_ranges` found them: no wraparound)
+            for r in range(np.uint64(ranges[s, i, 0]), np.uint64(ranges[s, i, 1])):
                 op = r_op[r]
                 if op >= VALID_TAG.shape[0] or not VALID_TAG[op]:
                     err[0], err[1], err[2] = E_UNKNOWN_TAG, i, r
@@ -367,10 +368,11 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
                     vmap[o] = n_vp + nv
                     o = n_vp + nv
                     nv += 1
-                t_rec[k, 0] = op
-                t_rec[k, 1] = o
-                t_rec[k, 2] = a
-                t_rec[k, 3] = b
+                row = t_rec[np.uint64(k)]
+                row[0] = op
+                row[1] = o
+                row[2] = a
+                row[3] = b
                 k += 1
         # The template's header: temporaries, scalars, outputs (the hash when it is needed).
         info = t_info[n_t]
@@ -385,7 +387,7 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
             info[TI_OUTPUTS + s] = x
         # Forget this position's temporaries.
         for s in range(n_seg):
-            for r in range(ranges[s, i, 0], ranges[s, i, 1]):
+            for r in range(np.uint64(ranges[s, i, 0]), np.uint64(ranges[s, i, 1])):
                 if FORM_OUT[r_op[r] >> KERNEL_BITS] == S_PAIR:
                     pmap[r_out[r]] = -1
                 else:
