@@ -102,35 +102,34 @@ def lin_record_pair(t: Tape, acc: LinearAccumulator) -> int:
     A bad index `lin_add` was given, or an index that is not one of the tape's pair parameters,
     is noted in the tape's index error word (for this record). If the tape is full,
     TapeFullError is raised before anything changes (tape and accumulator), so the caller can
-    grow the tape and call again.
+    grow the tape and call again: room for an operand per index touched, the non-zero ones being
+    at most as many. (One pass over the indices touched, writing each and keeping it only if
+    its coefficient is non-zero: 70 ns less a clockwork-10d79e6 position than counting them in
+    a pass before, and branching on each.)
     """
     coef, seen, touched, m = acc.coef, acc.seen, acc.touched, acc.count[0]
     n_params = t.rec.counts[C_PAIR_PARAMS]
-    n = 0
+    ensure_room(t, 1, 0, 1, m)  # (room for every index touched: the non-zero ones are fewer)
+    first = operand_mark(t)
+    idx, cf = t.rec.opnd_index, t.rec.opnd_coef
+    q = np.uint64(first)
     worst = -1  # the largest index recorded: branch-free, one check after the loop
     for i in range(m):
-        j = touched[i]
-        nz = coef[np.uint64(j)] != 0
-        n += nz
-        worst = max(worst, j if nz else -1)
-    ensure_room(t, 1, 0, 1, n)
+        # one pass, no branch: every index is written, and the next one overwrites it unless
+        # its coefficient is non-zero (unsigned: `lin_add` keeps them in range, no wraparound)
+        j = np.uint64(touched[i])
+        c = coef[j]
+        idx[q] = j
+        cf[q] = c
+        q += np.uint64(c != 0)
+        worst = max(worst, np.int64(j) if c != 0 else -1)
+        coef[j] = 0
+        seen[j] = 0
     checked = worst < n_params and acc.count[A_BAD] == 0
     if not checked:
         _note_lin_errors(t.rec.counts, acc.count, worst, n_params)
-    first = operand_mark(t)
-    idx, cf = t.rec.opnd_index, t.rec.opnd_coef
-    q = first
-    for i in range(m):
-        j = np.uint64(touched[i])  # (unsigned: `lin_add` keeps them in range, no wraparound)
-        c = coef[j]
-        if c != 0:  # room was checked above: write the operands directly
-            idx[q] = j
-            cf[q] = c
-            q += 1
-        coef[j] = 0
-        seen[j] = 0
     acc.count[0] = 0
     t.rec.counts[C_OPERANDS] = q
     if checked:
-        return append_checked_lincomb_pair(t, first, q - first)
+        return append_checked_lincomb_pair(t, first, np.int64(q) - first)
     return record_lincomb_pair(t, first)
