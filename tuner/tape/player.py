@@ -245,19 +245,22 @@ U0, U1 = np.uint64(0), np.uint64(1)
 @njit(**INLINE)
 def _copy_list(rec: Recording, ch: Chunk, q, count, w, remap, narrow, mapped):
     """Copy the `count` operands of `rec`'s list from `q` into `ch`'s from `w`: ``(unread,
-    wide)``, whether one may not be read and whether one does not fit a narrow chunk (see
-    `_extract`). `mapped` (a constant at each call, so that each copy compiles to its own loop:
-    with False, one LLVM vectorises): rebase the slots from `n_par` on by `slot_map` (``remap =
-    (slot_map, n_par)``; `_remap`, written out in unsigned indices: no wraparound, a negative
-    slot is a huge one); without it every slot is a parameter, kept. The checks of every
-    operand are folded into the two flags, looked at after the list."""
+    wide, top)``, whether one may not be read, whether one does not fit a narrow chunk (see
+    `_extract`) and the largest slot read (unsigned: a negative one is huge). `mapped` (a
+    constant at each call, so that each copy compiles to its own loop: with False, one LLVM
+    vectorises): rebase the slots from `n_par` on by `slot_map` (``remap = (slot_map,
+    n_par)``; `_remap`, written out in unsigned indices: no wraparound); without it every slot
+    is kept as it is, what is right if `top` is below `n_par` (parameters only). The checks of
+    every operand are folded into the flags, looked at after the list."""
     r_idx, r_coef, c_index, c_coef = rec.opnd_index, rec.opnd_coef, ch.index, ch.coef
     slot_map, n_par = remap
     n_map = np.uint64(slot_map.shape[0])
     unread = False
     wide = False
+    top = U0
     for _ in range(count):
         x = np.uint64(np.int64(r_idx[q]))
+        top = max(top, x)
         if mapped and x >= n_par:
             x = np.uint64(np.int64(slot_map[x])) if x < n_map else U_UNREAD
         unread |= x > U_SLOT_MAX
@@ -269,7 +272,7 @@ def _copy_list(rec: Recording, ch: Chunk, q, count, w, remap, narrow, mapped):
         c_coef[w] = c if fits | (not narrow) else 0.0  # (in range for i8)
         q += U1
         w += U1
-    return unread, wide
+    return unread, wide, top
 
 
 @njit(**BORROWED)
@@ -286,7 +289,6 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
     rc = rec.counts
     n_vp, n_pp, n_opnd = rc[C_VALUE_PARAMS], rc[C_PAIR_PARAMS], rc[C_OPERANDS]
     r_op, r_out, r_lhs, r_rhs, r_sc = rec.op, rec.out, rec.lhs, rec.rhs, rec.scalar
-    r_idx = rec.opnd_index
     t_first, t_rec, t_info, tmpl = ch.t_first, ch.t_rec, ch.t_info, ch.tmpl
     c_scal, c_nary = ch.scal, ch.nary
     n_seg, n = outputs.shape
@@ -322,16 +324,14 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
                     slot_map = pmap if FORM_NARY[form] == S_PAIR else vmap
                     n_par = np.uint64(n_pp if FORM_NARY[form] == S_PAIR else n_vp)
                     q = np.uint64(first)
-                    top = U0   # the largest slot, unsigned (a negative one is huge)
-                    for e in range(count):
-                        top = max(top, np.uint64(np.int64(r_idx[q + np.uint64(e)])))
                     remap = (slot_map, n_par)
-                    if top < n_par:  # parameters only (the usual list): kept as they are
-                        unread, wide = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
-                                                  narrow, False)
-                    else:
-                        unread, wide = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
-                                                  narrow, True)
+                    # copied as parameters only (the usual list), in one pass with the largest
+                    # slot; copied again, rebased, if that was not one
+                    unread, wide, top = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
+                                                   narrow, False)
+                    if top >= n_par:
+                        unread, wide, top = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
+                                                       narrow, True)
                     if unread:
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return
