@@ -19,8 +19,12 @@ The differences are the stages' own costs: chess work, evaluation logic, tape re
 and extraction. Prints the median of several runs from process CPU time (the stable figure on a
 shared machine; one thread, so positions/s per core) and the digest of the store recorded, which
 must not change when the recording gets faster. Runs against the `tuner` of the tree it is in.
+Micro-batches of `RECORD_MICRO` positions by default, a run's (`--micro`; until 2026-12-07 the
+default was 1,024: each micro-batch costs about 50 us of Python work, half as much a position
+at 2,048).
 
-    .venv/bin/python benchmarks/store_record_bench.py [--data PATH] [--runs 5] [--limit N] [-e NAME]
+    .venv/bin/python benchmarks/store_record_bench.py [--data PATH] [--runs 5] [--limit N]
+                                                      [--micro N] [-e NAME]
 """
 import os
 import sys
@@ -40,7 +44,8 @@ from tuner.evals import get_evaluation  # noqa: E402
 from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
 from tuner.tape.player import extract, store_digest  # noqa: E402
 from tuner.tape.recording import reset  # noqa: E402
-from tuner.train.record import Labelled, new_training_tape, record_positions, record_store  # noqa: E402
+from tuner.train.record import (RECORD_MICRO, Labelled, new_training_tape,  # noqa: E402
+                                record_positions, record_store)
 
 U1 = np.uint64(1)
 PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = range(6)
@@ -107,7 +112,7 @@ def main():
     import importlib
 
     from tuner.evals.clockwork import EVALUATIONS as MODULES
-    args, positions = setup(__doc__, 5)
+    args, positions = setup(__doc__, 5, RECORD_MICRO)  # (a run's micro-batches)
     n = positions.shape[0]
     print("rates from CPU time (one thread: per core)")
     for name in args.evaluation or EVALUATIONS:
