@@ -7,19 +7,25 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import index_eval
 from shared import REPO
 from tuner.chess.fen import parse_fen, to_fen
 from tuner.cli import main
-from tuner.tape import FreezeError, freeze_tape, lin_add, lin_record_pair, new_accumulator
+from tuner.evals import Evaluation, ScratchError
+from tuner.tape import (FreezeError, LinearAccumulator, freeze_tape, lin_add, lin_record_pair,
+                        new_accumulator)
 from tuner.tape import new_tape, reset
 from tuner.tape import ops
 from tuner.tape.ops import index_error, operand_mark, push_operand
 from tuner.tape.recording import (E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT,
                                   OPERAND_LHS, OPERAND_LIST, OPERAND_RHS)
+from tuner.train.record import record_store
 from tuner.train.warmup import WARM_FENS
 
 N_VALUES, N_PAIRS = 2, 3
@@ -219,3 +225,37 @@ threads = 1
     assert line.startswith("error: ")
     _assert_named(line, f"index-test-{where}{offset}", WARM_FENS, says, group)
     assert not (out / "params.json").exists() and not (out / "checkpoint.npz").exists()
+
+
+def test_a_scratch_with_an_accumulator_not_made_by_new_accumulator_is_refused_by_name():
+    """An evaluation whose ``new_scratch()`` holds a linear accumulator not shaped as
+    `new_accumulator` makes it (here its `touched` without the spare entry lin_add writes to) is
+    refused when a scratch is made, before any recording could write past it: ScratchError,
+    naming the evaluation, the accumulator's place and what is wrong; training stops on it the
+    same way. A scratch of new_accumulator's accumulators passes."""
+    class Scratch(NamedTuple):
+        linear: LinearAccumulator
+        ints: np.ndarray
+
+    reg = index_eval.EVALUATION.registry
+    n = reg.n_params
+
+    def made(touched: int):
+        return lambda: Scratch(new_accumulator(n)._replace(touched=np.zeros(touched, np.int32)),
+                               np.zeros(3, np.int64))
+
+    bad = Evaluation("scratch-test", reg, index_eval.record_eval, index_eval.record_batch,
+                     new_scratch=made(n))
+    text = (f"evaluation 'scratch-test': new_scratch().linear is a LinearAccumulator that "
+            f"lin_add cannot use: its touched has {n} entries, not {n + 1} (for {n} "
+            f"parameters); make it with tuner.tape.new_accumulator(n_params)")
+    with pytest.raises(ScratchError) as e:
+        bad.new_scratch()
+    assert str(e.value) == text
+    positions = np.array([parse_fen(f) for f in WARM_FENS[:3]])
+    with pytest.raises(ScratchError) as e:
+        record_store(bad, positions, np.full(3, 0.5), 0.0025, 1)
+    assert str(e.value) == text
+    good = Evaluation("scratch-test", reg, index_eval.record_eval, index_eval.record_batch,
+                      new_scratch=made(n + 1))
+    assert good.new_scratch().linear.touched.shape == (n + 1,)

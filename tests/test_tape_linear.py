@@ -198,3 +198,42 @@ def test_overflow_then_clear_and_rerecord():
     o = lin_record_pair(t, acc)
     pv = t.arena.pair_val
     np.testing.assert_allclose(pv[o], 3 * pv[1] - pv[3] + 4 * pv[5], rtol=1e-15)
+
+
+def test_every_index_touched_and_touched_again():
+    """With every index in use, a repeated one is written to the spare entry at the end of
+    `touched` (lin_add writes before it knows whether the index is new) and not counted: the
+    record holds each index once, merged, in first-touch order, zeros dropped. Checked against
+    the sums done in Python."""
+    rng = np.random.default_rng(3)
+    t = param_tape()
+    acc = new_accumulator(N)
+    order = [int(j) for j in rng.permutation(N)]
+    adds = [(j, int(rng.integers(1, 4))) for j in order]
+    adds += [(int(j), int(rng.integers(-3, 4))) for j in rng.integers(0, N, 40)]
+    adds += [(order[2], 0), (order[5], 7), (order[5], -7)]  # a zero, and a cancelled pair
+    want: dict[int, int] = {}
+    for j, c in adds:
+        lin_add(acc, j, c)
+        want[j] = want.get(j, 0) + c
+    assert acc.count[0] == N and acc.touched.shape[0] == N + 1
+    lin_record_pair(t, acc)
+    index, coef = operands_of_last_record(t)
+    kept = [j for j in order if want[j] != 0]
+    assert index == kept and coef == [float(want[j]) for j in kept]
+    assert_empty(acc)
+
+
+def test_an_accumulator_not_made_by_new_accumulator_is_named():
+    """`accumulator_problem`: None for what new_accumulator makes; the field and what is wrong
+    for an accumulator whose `touched` has no spare entry, or whose arrays have other types."""
+    from tuner.tape import LinearAccumulator
+    from tuner.tape.linear import accumulator_problem
+
+    good = new_accumulator(N)
+    assert accumulator_problem(good) is None
+    short = good._replace(touched=np.zeros(N, np.int32))
+    assert accumulator_problem(short) == (f"its touched has {N} entries, not {N + 1} (for {N} "
+                                          f"parameters)")
+    wide = LinearAccumulator(good.coef, good.seen.astype(np.int64), good.touched, good.count)
+    assert "its seen is int64" in accumulator_problem(wide)

@@ -28,7 +28,8 @@ import numpy as np
 
 from tuner import ROOT
 from tuner.errors import TunerError
-from tuner.tape import new_accumulator
+from tuner.tape import LinearAccumulator, new_accumulator
+from tuner.tape.linear import accumulator_problem
 from tuner.tape.ops import E_OPERAND_LIST, index_error
 from tuner.tape.player import position_ranges
 
@@ -56,6 +57,44 @@ class EvaluationIndexError(TunerError, ValueError):
     """An evaluation handed a recorder an index out of range (a `lin_add` parameter index, an
     op's operand slot); the message names the evaluation, the position (FEN), the index and the
     parameter it falls past."""
+
+
+class ScratchError(TunerError, TypeError):
+    """An evaluation's ``new_scratch()`` returned a linear accumulator the recorders cannot use:
+    one not shaped as `tuner.tape.new_accumulator` makes them (`lin_add`, compiled for speed,
+    does not check, and would write past its arrays); the message names the evaluation, the
+    accumulator's place in the scratch and what is wrong with it."""
+
+
+def _accumulators(x, where: str):
+    """``(place, accumulator)`` of every `LinearAccumulator` in `x`, itself or inside its tuples
+    (a NamedTuple's fields by name, ``where.name``; a tuple's items by index, ``where[i]``)."""
+    if isinstance(x, LinearAccumulator):
+        yield where, x
+    elif isinstance(x, tuple):
+        names = getattr(x, "_fields", None)
+        for i, item in enumerate(x):
+            yield from _accumulators(item, f"{where}.{names[i]}" if names else f"{where}[{i}]")
+
+
+@dataclass(frozen=True)
+class _CheckedScratch:
+    """An evaluation's `new_scratch`, whose every result is checked (`_accumulators`,
+    `accumulator_problem`): a scratch is made once a thread (and again when a tape grows), so
+    the check costs nothing beside recording."""
+
+    name: str
+    make: Callable[[], Any]
+
+    def __call__(self):
+        scratch = self.make()
+        for where, acc in _accumulators(scratch, "new_scratch()"):
+            problem = accumulator_problem(acc)
+            if problem is not None:
+                raise ScratchError(f"evaluation {self.name!r}: {where} is a LinearAccumulator "
+                                   f"that lin_add cannot use: {problem}; make it with "
+                                   f"tuner.tape.new_accumulator(n_params)")
+        return scratch
 
 
 @dataclass(frozen=True)
@@ -104,6 +143,8 @@ class Evaluation:
         if self.new_scratch is None:
             object.__setattr__(self, "new_scratch",
                                partial(new_accumulator, self.registry.n_params))
+        elif not isinstance(self.new_scratch, _CheckedScratch):
+            object.__setattr__(self, "new_scratch", _CheckedScratch(self.name, self.new_scratch))
 
     def check_params(self, registry: ParamRegistry) -> None:
         """Raise ValueError unless `registry` (e.g. a tuned file) has this evaluation's layout:

@@ -47,6 +47,23 @@ def new_accumulator(n_params: int) -> LinearAccumulator:
                              np.zeros(n_params + 1, np.int32), np.zeros(A_SIZE, np.int64))
 
 
+def accumulator_problem(acc: LinearAccumulator) -> str | None:
+    """What makes `acc` unfit for `lin_add` and `lin_record_pair`, which do not check it (they
+    are compiled for speed), or None: its arrays must be the ones `new_accumulator` makes."""
+    for name, dtype in (("coef", np.int64), ("seen", np.uint8), ("touched", np.int32),
+                        ("count", np.int64)):
+        a = getattr(acc, name)
+        if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 1):
+            got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+            return f"its {name} is {got}, not a one-dimensional {np.dtype(dtype).name} array"
+    n = acc.coef.shape[0]
+    for name, size in (("seen", n), ("touched", n + 1), ("count", A_SIZE)):
+        if getattr(acc, name).shape[0] != size:
+            return (f"its {name} has {getattr(acc, name).shape[0]} entries, not {size} (for "
+                    f"{n} parameters)")
+    return None
+
+
 @njit(**BORROWED)
 def lin_add(acc: LinearAccumulator, index: int, coef: int) -> None:
     """coef[index] += coef (merged with earlier terms of the same index). An index outside the
