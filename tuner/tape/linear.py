@@ -49,18 +49,20 @@ def new_accumulator(n_params: int) -> LinearAccumulator:
 
 def accumulator_problem(acc: LinearAccumulator) -> str | None:
     """What makes `acc` unfit for `lin_add` and `lin_record_pair`, which do not check it (they
-    are compiled for speed), or None: its arrays must be the ones `new_accumulator` makes."""
-    for name, dtype in (("coef", np.int64), ("seen", np.uint8), ("touched", np.int32),
-                        ("count", np.int64)):
+    are compiled for speed), or None: its arrays must be the ones `new_accumulator` makes for
+    its number of parameters (the length of `coef`)."""
+    coef = acc.coef
+    n = coef.shape[0] if isinstance(coef, np.ndarray) and coef.ndim == 1 else 0
+    made = new_accumulator(n)  # (the layout, declared once there)
+    for name, want in zip(LinearAccumulator._fields, made):
         a = getattr(acc, name)
-        if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 1):
+        if not (isinstance(a, np.ndarray) and a.dtype == want.dtype and a.ndim == 1):
             got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
-            return f"its {name} is {got}, not a one-dimensional {np.dtype(dtype).name} array"
-    n = acc.coef.shape[0]
-    for name, size in (("seen", n), ("touched", n + 1), ("count", A_SIZE)):
-        if getattr(acc, name).shape[0] != size:
-            return (f"its {name} has {getattr(acc, name).shape[0]} entries, not {size} (for "
-                    f"{n} parameters)")
+            return f"its {name} is {got}, not a one-dimensional {want.dtype.name} array"
+    for name, want in zip(LinearAccumulator._fields, made):
+        if getattr(acc, name).shape[0] != want.shape[0]:
+            return (f"its {name} has {getattr(acc, name).shape[0]} entries, not "
+                    f"{want.shape[0]} (for {n} parameters)")
     return None
 
 
