@@ -41,16 +41,18 @@ def record_all(ev, positions, results, micro, state):
                                               slots[:, : hi - lo])
 
 
-def setup(doc: str, runs: int, micro: int = 1024):
+def setup(doc: str, runs: int, micro: int = 1024, options=None):
     """The command line of a recording benchmark (described by `doc`, `runs` runs and
-    micro-batches of `micro` positions by default) parsed, and the sample's positions loaded:
-    ``(args, positions)``, what was loaded printed."""
+    micro-batches of `micro` positions by default; `options(parser)` adds the benchmark's own)
+    parsed, and the sample's positions loaded: ``(args, positions)``, what was loaded printed."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--runs", type=int, default=runs)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--micro", type=int, default=micro)
     ap.add_argument("-e", "--evaluation", action="append", help="evaluation(s) to record")
+    if options is not None:
+        options(ap)
     args = ap.parse_args()
 
     import tuner

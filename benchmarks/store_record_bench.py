@@ -23,10 +23,19 @@ Micro-batches of `RECORD_MICRO` positions by default, a run's (`--micro`; until 
 default was 1,024: each micro-batch costs about 50 us of Python work, half as much a position
 at 2,048).
 
+Compiled code and arrays land at other addresses in each process, which moves a stage's time by
+up to a tenth from one process to the next (measured 2026-12-07: the best of four runs of the
+whole store 1,028 to 1,152 ns a position in six processes of the same tree): `--processes P`
+runs the measurement in P fresh processes, one after another, and prints each stage's median
+over them, with their range.
+
     .venv/bin/python benchmarks/store_record_bench.py [--data PATH] [--runs 5] [--limit N]
-                                                      [--micro N] [-e NAME]
+                                                      [--micro N] [-e NAME] [--processes P]
 """
+import json
 import os
+import statistics
+import subprocess
 import sys
 
 import numpy as np
@@ -108,25 +117,68 @@ def stages(ev, module, positions, micro):
             ("store", lambda: record_store(ev, positions, results, K, 1, micro))]
 
 
-def main():
+def options(ap) -> None:
+    ap.add_argument("--processes", type=int, default=1,
+                    help="run the measurement in this many fresh processes, one after another, "
+                         "and print each stage's median over them (with their range)")
+    ap.add_argument("--json", action="store_true",
+                    help="print the figures as one JSON line (what --processes reads)")
+
+
+def measure(args, positions) -> dict:
+    """``{evaluation: {"stages": [[stage, median CPU s], ...], "digest": store digest}}``."""
     import importlib
 
     from tuner.evals.clockwork import EVALUATIONS as MODULES
-    args, positions = setup(__doc__, 5, RECORD_MICRO)  # (a run's micro-batches)
-    n = positions.shape[0]
-    print("rates from CPU time (one thread: per core)")
+    out = {}
     for name in args.evaluation or EVALUATIONS:
         ev = get_evaluation(name)
         module = importlib.import_module(MODULES[name])
+        figures = [[stage, timeit(fn, args.runs)[1]]
+                   for stage, fn in stages(ev, module, positions, args.micro)]
+        store = record_store(ev, positions, np.full(len(positions), 0.5), K, 1, args.micro)
+        out[name] = {"stages": figures, "digest": store_digest(store)}
+    return out
+
+
+def in_processes(args) -> list[dict]:
+    """`measure` in `args.processes` fresh processes, one after another: compiled code and
+    arrays land at other addresses in each, which moves a stage's time by up to a tenth
+    (2026-12-07), more than a change is often worth."""
+    runs = []
+    for p in range(args.processes):
+        # (the last --processes given is the one that counts)
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:],
+                               "--processes", "1", "--json"],
+                              capture_output=True, text=True, check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"  process {p + 1} of {args.processes} done", flush=True)
+    return runs
+
+
+def main():
+    args, positions = setup(__doc__, 5, RECORD_MICRO, options)  # (a run's micro-batches)
+    if args.json:
+        print(json.dumps(measure(args, positions)))
+        return
+    runs = in_processes(args) if args.processes > 1 else [measure(args, positions)]
+    n = positions.shape[0]
+    print("rates from CPU time (one thread: per core)"
+          + (f"; the median over {len(runs)} processes (their range in brackets)"
+             if len(runs) > 1 else ""))
+    for name in runs[0]:
         print(f"{name}:")
         last = 0.0
-        for stage, fn in stages(ev, module, positions, args.micro):
-            _, cpu = timeit(fn, args.runs)
+        for j, (stage, _) in enumerate(runs[0][name]["stages"]):
+            cpus = [run[name]["stages"][j][1] for run in runs]
+            cpu = statistics.median(cpus)
+            spread = (f" [{n / max(cpus) / 1e6:.3f}-{n / min(cpus) / 1e6:.3f}]"
+                      if len(cpus) > 1 else "")
             print(f"  {stage:<14} {n / cpu / 1e6:7.3f} M pos/s ({cpu * 1e3:7.1f} ms, "
-                  f"{(cpu - last) / n * 1e9:6.0f} ns/pos over the stage before)")
+                  f"{(cpu - last) / n * 1e9:6.0f} ns/pos over the stage before){spread}")
             last = cpu
-        store = record_store(ev, positions, np.full(n, 0.5), K, 1, args.micro)
-        print(f"  store digest {store_digest(store)}")
+        digests = {run[name]["digest"] for run in runs}
+        print(f"  store digest {' '.join(sorted(digests))}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
