@@ -13,7 +13,13 @@ times, on one thread, cumulative stages over every position:
                 evaluation's records);
 * record + loss: `record_positions` (+ the loss records and the recording's check);
 * + extract:    + `extract` of each micro-batch (the store's chunks);
-* store:        the whole `record_store` on one thread (+ building and finishing the store).
+* store:        the whole `record_store` on one thread (+ building and finishing the store);
+* store in parts: the store as a run in the default shuffle (blocks) records it
+                (`StoreRecorder` given the run's random order: the positions cut into 64
+                parts, recorded part by part, gathered in that order at the end; the positions
+                given in the reader's batches): its difference from the store's is what
+                recording in parts adds. On the sample a part holds 4,286 positions, a
+                6.97 M run's 108,906: what each part costs once weighs more here.
 
 The differences are the stages' own costs: chess work, evaluation logic, tape recording, loss
 and extraction. Prints the median of several runs from process CPU time (the stable figure on a
@@ -47,14 +53,16 @@ from eval_bench import features_kernel, timeit  # noqa: E402
 from record_bench import EVALUATIONS, K, setup  # noqa: E402
 
 from tuner.chess.attacks import piece_attacks  # noqa: E402
+from tuner.data.loader import BATCH_ROWS  # noqa: E402
 from tuner.chess.bitboard import lsb, popcount  # noqa: E402
 from tuner.chess.position import W_BLACK, W_PAWN, W_WHITE  # noqa: E402
 from tuner.evals import get_evaluation  # noqa: E402
 from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
 from tuner.tape.player import extract, store_digest  # noqa: E402
 from tuner.tape.recording import reset  # noqa: E402
-from tuner.train.record import (RECORD_MICRO, Labelled, new_training_tape,  # noqa: E402
-                                record_positions, record_store)
+from tuner.train.record import (RECORD_MICRO, Labelled, StoreRecorder,  # noqa: E402
+                                new_training_tape, record_positions, record_store)
+from tuner.train.stream import record_order  # noqa: E402
 
 U1 = np.uint64(1)
 PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = range(6)
@@ -114,7 +122,19 @@ def stages(ev, module, positions, micro):
             ("record eval", record_eval),
             ("record + loss", record(False)),
             ("+ extract", record(True)),
-            ("store", lambda: record_store(ev, positions, results, K, 1, micro))]
+            ("store", lambda: record_store(ev, positions, results, K, 1, micro)),
+            ("store in parts", lambda: in_run_order(ev, positions, results, micro))]
+
+
+def in_run_order(ev, positions, results, micro):
+    """The store as a run in the default shuffle (blocks) records it: the positions given in
+    the reader's batches (`BATCH_ROWS`), the store in a random order (`record_order`), so cut
+    into parts, each recorded apart, then gathered in that order (`StoreRecorder`)."""
+    n = len(positions)
+    recorder = StoreRecorder(ev, K, 1, micro, record_order(np.arange(n), np.zeros(0, np.int64), 0))
+    for lo in range(0, n, BATCH_ROWS):
+        recorder.add(positions[lo: lo + BATCH_ROWS], results[lo: lo + BATCH_ROWS])
+    return recorder.finish()
 
 
 def options(ap) -> None:
