@@ -129,14 +129,15 @@ class _Parts:
         for p in range(self.count):
             self.of[order[p * self.size: (p + 1) * self.size]] = p
 
-    def split(self, first: int, n: int) -> list[tuple[int, np.ndarray]]:
-        """``(part, indices)`` of every part with positions among the `n` given from position
-        `first` on: which of them (in the order given) are in it."""
+    def split(self, first: int, n: int) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+        """The `n` positions given from position `first` on, by part: ``(indices, cuts)``,
+        the indices (in the order given) of those in a part, part after part, and ``(part, lo,
+        hi)`` for every part with some: they are ``indices[lo:hi]``."""
         parts = self.of[first: first + n]  # shorter past the last row in the order: in none
         by_part = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[by_part], np.arange(self.count + 1))
-        return [(p, by_part[lo:hi]) for p, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
-                if hi > lo]
+        return by_part[: bounds[-1]], [(p, lo, hi) for p, (lo, hi)
+                                        in enumerate(zip(bounds, bounds[1:])) if hi > lo]
 
     def local(self, p: int) -> np.ndarray:
         """The positions of part p in the store's order, as indices among the part's positions
@@ -225,15 +226,20 @@ class StoreRecorder:
         """Record `positions` (uint64[n, 9], or a trace's rows) with their targets
         (float64[n]), after the ones given before."""
         self.wait(RECORD_AHEAD)
+        given = len(targets)
         if self.parts is None:
             parts = [(0, positions, targets)]
         else:
             if self.given >= self.next_trim:  # (`RECORD_TRIMS`)
                 return_freed_memory()
                 self.next_trim = self.given + max(1, self.expected // RECORD_TRIMS)
-            parts = [(p, take_positions(positions, rows), targets[rows])
-                     for p, rows in self.parts.split(self.given, len(targets))]
-        self.given += len(targets)
+            # gathered in one go, part after part (64 small gathers a batch cost 4 times as
+            # much: each a fresh array), each part then a slice of them
+            rows, cuts = self.parts.split(self.given, given)
+            ordered, ordered_targets = take_positions(positions, rows), targets[rows]
+            parts = [(p, take_positions(ordered, slice(lo, hi)), ordered_targets[lo:hi])
+                     for p, lo, hi in cuts]
+        self.given += given
         jobs = []
         for b, positions, targets in parts:
             before = self.pending[b]
@@ -241,8 +247,7 @@ class StoreRecorder:
                 positions = concat_positions([before[0], positions])
                 targets = np.concatenate([before[1], targets])
             whole = len(targets) // self.micro * self.micro
-            self.pending[b] = (take_positions(positions, np.arange(whole, len(targets))),
-                               targets[whole:].copy())
+            self.pending[b] = (take_positions(positions, slice(whole, None)), targets[whole:])
             jobs += self._jobs(b, positions, targets, whole)
         self._record(jobs)
 
