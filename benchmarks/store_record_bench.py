@@ -53,9 +53,9 @@ from eval_bench import features_kernel, timeit  # noqa: E402
 from record_bench import EVALUATIONS, K, setup  # noqa: E402
 
 from tuner.chess.attacks import piece_attacks  # noqa: E402
-from tuner.data.loader import BATCH_ROWS  # noqa: E402
 from tuner.chess.bitboard import lsb, popcount  # noqa: E402
 from tuner.chess.position import W_BLACK, W_PAWN, W_WHITE  # noqa: E402
+from tuner.data.loader import BATCH_ROWS  # noqa: E402
 from tuner.evals import get_evaluation  # noqa: E402
 from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
 from tuner.tape.player import extract, store_digest  # noqa: E402

@@ -55,10 +55,18 @@ def gather_rows(alpha, scale, offsets, lengths, index, count, keep) -> TraceRows
 
 
 def take_positions(positions, rows):
-    """``positions[rows]`` (rows an int array or a slice) for either kind of positions."""
+    """``positions[rows]`` (rows an int array or a slice) for either kind of positions. A slice
+    of trace rows, like one of boards, is views of their arrays (the offsets made anew)."""
     if not isinstance(positions, TraceRows):
         return positions[rows]
     start = positions.start
+    if isinstance(rows, slice) and rows.step in (None, 1):
+        lo, hi, _ = rows.indices(len(start) - 1)
+        hi = max(lo, hi)
+        terms = slice(start[lo], start[hi])
+        return TraceRows(positions.alpha[lo:hi], positions.scale[lo:hi],
+                         start[lo: hi + 1] - start[lo], positions.index[terms],
+                         positions.count[terms])
     keep = np.arange(len(start) - 1)[rows]
     return gather_rows(positions.alpha, positions.scale, start[:-1], np.diff(start),
                    positions.index, positions.count, keep)

@@ -59,10 +59,8 @@ def accumulator_problem(acc: LinearAccumulator) -> str | None:
         if not (isinstance(a, np.ndarray) and a.dtype == want.dtype and a.ndim == 1):
             got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
             return f"its {name} is {got}, not a one-dimensional {want.dtype.name} array"
-    for name, want in zip(LinearAccumulator._fields, made):
-        if getattr(acc, name).shape[0] != want.shape[0]:
-            return (f"its {name} has {getattr(acc, name).shape[0]} entries, not "
-                    f"{want.shape[0]} (for {n} parameters)")
+        if a.shape[0] != want.shape[0]:
+            return f"its {name} has {a.shape[0]} entries, not {want.shape[0]} (for {n} parameters)"
     return None
 
 

@@ -331,8 +331,8 @@ def _extract(rec: Recording, outputs, ranges, ch: Chunk, err, vmap, pmap, narrow
                     unread, wide, top = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
                                                    narrow, False)
                     if top >= n_par:
-                        unread, wide, top = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
-                                                       narrow, True)
+                        unread, wide, _ = _copy_list(rec, ch, q, count, np.uint64(w_o), remap,
+                                                     narrow, True)
                     if unread:
                         err[0], err[1], err[2] = E_OPERAND, i, r
                         return

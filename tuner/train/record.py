@@ -226,7 +226,7 @@ class StoreRecorder:
         """Record `positions` (uint64[n, 9], or a trace's rows) with their targets
         (float64[n]), after the ones given before."""
         self.wait(RECORD_AHEAD)
-        given = len(targets)
+        n = len(targets)
         if self.parts is None:
             parts = [(0, positions, targets)]
         else:
@@ -235,11 +235,11 @@ class StoreRecorder:
                 self.next_trim = self.given + max(1, self.expected // RECORD_TRIMS)
             # gathered in one go, part after part, each part then a slice of them (64 small
             # gathers a batch, each a fresh array, made recording in parts a fifth slower)
-            rows, cuts = self.parts.split(self.given, given)
+            rows, cuts = self.parts.split(self.given, n)
             ordered, ordered_targets = take_positions(positions, rows), targets[rows]
             parts = [(p, take_positions(ordered, slice(lo, hi)), ordered_targets[lo:hi])
                      for p, lo, hi in cuts]
-        self.given += given
+        self.given += n
         jobs = []
         for b, positions, targets in parts:
             before = self.pending[b]
