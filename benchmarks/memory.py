@@ -7,8 +7,8 @@ run (each log line and progress event) it reads the process's peak resident memo
 the time since loading started; "Parquet to first epoch" is the time from the start of loading
 to the start of the first epoch. Then that time's phases: the seconds (wall, and CPU of the
 thread that ran them, summed over the threads) spent reading the file's Arrow batches, parsing
-and checking them, recording the micro-batches, extracting them, adding them to the store and
-finishing it, splitting, and the reader's wait for the recording threads; and the process's CPU
+and checking them, recording the micro-batches, extracting them (or making the chunk of those
+that followed a template), adding them to the store and finishing it, splitting, and the reader's wait for the recording threads; and the process's CPU
 time over it (so that a loaded machine's figures can be told from the run's own).
 
     .venv/bin/python benchmarks/memory.py [--positions N] [--validation-fraction F]
@@ -105,6 +105,7 @@ def timed_phases() -> Timed:
     timed.wrap(DatasetReader, "_parse", "parse + check")
     timed.wrap(record, "record_positions", "record")
     timed.wrap(record, "extract", "extract")
+    timed.wrap(record, "followed_chunk", "followed chunk")
     timed.wrap(StoreBuilder, "add", "store add")
     timed.wrap(StoreBuilder, "finish", "store finish")
     timed.wrap(record, "reordered_store", "reorder (blocks)")
