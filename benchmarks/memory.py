@@ -8,8 +8,9 @@ the time since loading started; "Parquet to first epoch" is the time from the st
 to the start of the first epoch. Then that time's phases: the seconds (wall, and CPU of the
 thread that ran them, summed over the threads) spent reading the file's Arrow batches, parsing
 and checking them, recording the micro-batches, extracting them (or making the chunk of those
-that followed a template), adding them to the store and finishing it, splitting, and the reader's wait for the recording threads; and the process's CPU
-time over it (so that a loaded machine's figures can be told from the run's own).
+that followed a template), adding them to the store and finishing it, splitting, and the
+reader's wait for the recording threads; and the process's CPU time over it (so that a loaded
+machine's figures can be told from the run's own).
 
     .venv/bin/python benchmarks/memory.py [--positions N] [--validation-fraction F]
                                           [--evaluation clockwork] [--mode replay]
