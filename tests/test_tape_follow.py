@@ -12,7 +12,8 @@ from numba import njit
 import nonlinear_eval
 import tuner.train.record as record
 from tuner.evals import Evaluation, EvaluationIndexError, get_evaluation
-from tuner.tape.follow import followed_chunk, following, template_of
+from tuner.tape import new_tape
+from tuner.tape.follow import follow_segment, followed_chunk, following, template_of
 from tuner.tape.ops import (F_SIGMOID_SQ_ERR, operand_mark, push_operand, record_add,
                             record_add_scalar, record_lincomb_value)
 from tuner.tape.player import FreezeError, extract, store_digest
@@ -50,6 +51,20 @@ def test_a_followed_chunk_is_the_chunk_extracted(tiny, name):
     for field in want._fields:
         a, b = getattr(got, field), getattr(want, field)
         assert a.dtype == b.dtype and np.array_equal(a, b), field
+
+
+def test_a_tape_follows_only_what_it_has_room_for_and_does_not_evaluate(tiny):
+    ev = nonlinear_eval.EVALUATION
+    reg = ev.registry
+    batch = Labelled(tiny.positions, tiny.results, K, F_SIGMOID_SQ_ERR)
+    tape, scratch, slots = _recorded(ev, new_training_tape(reg, 64), ev.new_scratch(), batch,
+                                     np.arange(64))
+    template = template_of(extract(tape.rec, slots), reg.n_values, reg.n_params, 64)
+    with pytest.raises(ValueError, match="over 65 positions"):
+        follow_segment(following(tape, template), 0, 65)
+    evaluating = new_tape(reg.n_values, reg.n_params, records=1024, operands=8192)
+    with pytest.raises(ValueError, match="evaluating: True"):
+        follow_segment(following(evaluating, template), 0, 8)
 
 
 # Ways positions may fail to follow (`_variant`): from row `FROM` on (micro-batches of MICRO,

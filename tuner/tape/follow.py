@@ -33,12 +33,14 @@ from tuner.jit import JIT
 
 from .ops import (FORM_LHS, FORM_NARY, FORM_OUT, FORM_RHS, FORM_SCALARS, KERNEL_BITS, S_NONE,
                   S_PAIR, S_VALUE, index_error)
-from .player import (CH_TEMPLATES, MAX_NARY, NARROW_ABOVE, NARROW_BELOW, NARROW_SLOT_MAX,
-                     TI_OUTPUTS, TI_SCALARS, Chunk, N_COUNTS)
+from .player import (CH_NARY, CH_OPERANDS, CH_RECORDS, CH_SCALARS, CH_TEMPLATES, MAX_NARY,
+                     N_COUNTS, NARROW_ABOVE, NARROW_BELOW, NARROW_SLOT_MAX, TI_OUTPUTS, TI_SCALARS,
+                     Chunk)
 from .recording import (C_EVALUATE, C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_VALUE_PARAMS, C_VALUES,
                         FS_CUR, FS_DIVERGED, FS_HI, FS_LIST_END, FS_LISTS, FS_LO, FS_ON,
-                        FS_POSITION, FS_POSITIONS, FS_ROOM, FS_SCALARS, FS_SIZE, P_LHS_AT, P_LHS_SEG,
-                        P_LIST, P_RHS_AT, P_RHS_SEG, P_SCALARS, P_TAG, PLAN_FIELDS, SEG_FIELDS,
+                        FS_POSITION, FS_POSITIONS, FS_ROOM, FS_SCALARS, FS_SIZE, P_LHS_AT,
+                        P_LHS_SEG, P_LIST, P_RHS_AT, P_RHS_SEG, P_SCALARS, P_TAG, PLAN_FIELDS,
+                        SEG_FIELDS,
                         SG_FIRST, SG_PAIR_START, SG_PAIRS, SG_STOP, SG_VALUE_START, SG_VALUES,
                         Follow, Tape)
 
@@ -111,7 +113,6 @@ def template_of(ch: Chunk, n_value_params: int, n_pair_params: int,
                                                                            np.int64))
     return Template(t_rec.copy(), ch.t_info[:1].copy(), output_at, np.array(lists, np.int8),
                     follow)
-
 
 
 def following(tape: Tape, template: Template) -> Tape:
@@ -208,8 +209,9 @@ def followed_chunk(tape: Tape, template: Template, outputs: np.ndarray) -> Chunk
     if not _narrowed(rec.opnd_index, rec.opnd_coef, lists, bound, index, coef, n_opnd):
         return None
     t = len(template.t_rec)
-    counts = np.array([1, t, n * n_scal, n * n_lists, m], np.int64)
-    assert len(counts) == N_COUNTS
+    counts = np.zeros(N_COUNTS, np.int64)
+    counts[CH_TEMPLATES], counts[CH_RECORDS], counts[CH_OPERANDS] = 1, t, m
+    counts[CH_SCALARS], counts[CH_NARY] = n * n_scal, n * n_lists
     return Chunk(np.array([0, t], np.int64), template.t_rec, template.t_info,
                  np.zeros(n, np.int32), n_opnd, np.full(n, n_scal, np.int64),
                  np.full(n, n_lists, np.int64), fw.scalars[: n * n_scal].copy(),
