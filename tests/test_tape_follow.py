@@ -12,7 +12,7 @@ from numba import njit
 import nonlinear_eval
 import tuner.train.record as record
 from tuner.evals import Evaluation, EvaluationIndexError, get_evaluation
-from tuner.tape import new_tape
+from tuner.tape import new_accumulator, new_tape
 from tuner.tape.follow import follow_segment, followed_chunk, following, template_of
 from tuner.tape.ops import (F_SIGMOID_SQ_ERR, operand_mark, push_operand, record_add,
                             record_add_scalar, record_lincomb_value)
@@ -98,15 +98,19 @@ def _variant(tape, acc, pos, row, before, mode):
     return v
 
 
-def _evaluation(mode: int) -> Evaluation:
-    @njit(cache=False, nogil=True)
-    def record_batch(tape, acc, positions, rows, out):
-        for i in range(rows.shape[0]):
-            out[i] = _variant(tape, acc, positions[rows[i]], rows[i], out[i - 1] if i else -1,
-                              mode)
+@njit(cache=True, nogil=True)
+def _variant_batch(tape, scratch, positions, rows, out):
+    """`_variant` of every row; the scratch is (accumulator, [mode])."""
+    acc, mode = scratch[0], scratch[1][0]
+    for i in range(rows.shape[0]):
+        out[i] = _variant(tape, acc, positions[rows[i]], rows[i], out[i - 1] if i else -1, mode)
 
-    return Evaluation(f"follow-test-{mode}", nonlinear_eval.registry(), nonlinear_eval.record_eval,
-                      record_batch)
+
+def _evaluation(mode: int) -> Evaluation:
+    """`_variant` as an evaluation (the mode in its scratch: one compiled recorder for all)."""
+    reg = nonlinear_eval.registry()
+    return Evaluation(f"follow-test-{mode}", reg, nonlinear_eval.record_eval, _variant_batch,
+                      new_scratch=lambda: (new_accumulator(reg.n_params), np.array([mode])))
 
 
 def _store_or_error(ev, tiny, threads, monkeypatch, misses):
