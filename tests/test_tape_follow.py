@@ -17,7 +17,7 @@ from tuner.tape.follow import follow_segment, followed_chunk, following, templat
 from tuner.tape.ops import (F_SIGMOID_SQ_ERR, operand_mark, push_operand, record_add,
                             record_add_scalar, record_lincomb_value)
 from tuner.tape.player import FreezeError, extract, store_digest
-from tuner.tape.recording import C_RECORDS
+from tuner.tape.recording import C_RECORDS, FS_ON
 from tuner.train.record import (FOLLOW_MISSES, Labelled, StoreRecorder, new_training_tape,
                                 record_positions)
 
@@ -53,18 +53,37 @@ def test_a_followed_chunk_is_the_chunk_extracted(tiny, name):
         assert a.dtype == b.dtype and np.array_equal(a, b), field
 
 
-def test_a_tape_follows_only_what_it_has_room_for_and_does_not_evaluate(tiny):
+class _Failing:
+    """An evaluation whose recordings all fail their check."""
+
+    def __init__(self, ev):
+        self.ev = ev
+
+    def __getattr__(self, name):
+        return getattr(self.ev, name)
+
+    def check_recording(self, tape, positions, rows, slots):
+        raise RuntimeError("refused")
+
+
+def test_a_tape_follows_only_what_it_can_and_stops_when_recording_fails(tiny):
+    """Not more positions than its arrays have room for, never on a tape that evaluates its
+    records; and a recording that fails leaves the tape recording in full."""
     ev = nonlinear_eval.EVALUATION
     reg = ev.registry
     batch = Labelled(tiny.positions, tiny.results, K, F_SIGMOID_SQ_ERR)
     tape, scratch, slots = _recorded(ev, new_training_tape(reg, 64), ev.new_scratch(), batch,
                                      np.arange(64))
     template = template_of(extract(tape.rec, slots), reg.n_values, reg.n_params, 64)
+    tape = following(tape, template)
     with pytest.raises(ValueError, match="over 65 positions"):
-        follow_segment(following(tape, template), 0, 65)
+        follow_segment(tape, 0, 65)
     evaluating = new_tape(reg.n_values, reg.n_params, records=1024, operands=8192)
     with pytest.raises(ValueError, match="evaluating: True"):
         follow_segment(following(evaluating, template), 0, 8)
+    with pytest.raises(RuntimeError, match="refused"):
+        record_positions(_Failing(ev), tape, scratch, batch, np.arange(64), slots, template)
+    assert tape.follow.state[FS_ON] == 0
 
 
 # Ways positions may fail to follow (`_variant`): from row `FROM` on (micro-batches of MICRO,

@@ -85,23 +85,24 @@ def record_positions(evaluation, tape, scratch, batch: Labelled, rows, slots, te
     left to that recording.
     """
     positions, results, k, loss = batch
-    while True:
-        reset(tape)
-        try:
-            if template is not None:
-                follow_segment(tape, EVAL, len(rows))
-            evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
-            if template is not None:
-                follow_segment(tape, LOSS, len(rows))
-            record_losses(tape, slots, results, rows, k, loss)
-            break
-        except TapeFullError:
-            tape, scratch = grow(tape), evaluation.new_scratch()
-        except BaseException:
-            stop_following(tape)
-            raise
-    if template is None or index_error(tape.rec) is None:
-        evaluation.check_recording(tape, positions, rows, slots)
+    try:
+        while True:
+            reset(tape)
+            try:
+                if template is not None:
+                    follow_segment(tape, EVAL, len(rows))
+                evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
+                if template is not None:
+                    follow_segment(tape, LOSS, len(rows))
+                record_losses(tape, slots, results, rows, k, loss)
+                break
+            except TapeFullError:
+                tape, scratch = grow(tape), evaluation.new_scratch()
+        if template is None or index_error(tape.rec) is None:
+            evaluation.check_recording(tape, positions, rows, slots)
+    except BaseException:
+        stop_following(tape)  # (a tape given back after a failure records in full)
+        raise
     return tape, scratch
 
 
