@@ -14,10 +14,10 @@ times, on one thread, cumulative stages over every position:
 * record + loss: `record_positions` (+ the loss records and the recording's check);
 * + extract:    + `extract` of each micro-batch (the store's chunks): a micro-batch recorded in
                 full;
-* followed:     each micro-batch recorded following the template of the first one and its
-                chunk made (`tuner.tape.follow`): what a run does for every micro-batch after
-                a thread's first when the evaluation's positions all have one structure (less
-                than the stage before: it replaces it);
+* followed:     + each micro-batch's chunk made by following the template of the first one
+                instead of `extract` (`tuner.tape.follow`): what a run does for every
+                micro-batch after a thread's first when the evaluation's positions all have
+                one structure (less than the stage before: it replaces it);
 * store:        the whole `record_store` on one thread (+ building and finishing the store);
 * store in parts: the store as a run in the default shuffle (blocks) records it
                 (`StoreRecorder` given the run's random order: the positions cut into 64
@@ -63,7 +63,7 @@ from tuner.chess.position import W_BLACK, W_PAWN, W_WHITE  # noqa: E402
 from tuner.data.loader import BATCH_ROWS  # noqa: E402
 from tuner.evals import get_evaluation  # noqa: E402
 from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
-from tuner.tape.follow import followed_chunk, following, template_of  # noqa: E402
+from tuner.tape.follow import followed_chunk, template_of  # noqa: E402
 from tuner.tape.player import extract, store_digest  # noqa: E402
 from tuner.tape.recording import reset  # noqa: E402
 from tuner.train.record import (RECORD_MICRO, Labelled, StoreRecorder,  # noqa: E402
@@ -123,18 +123,15 @@ def stages(ev, module, positions, micro):
                     extract(state[0].rec, slots[:, : hi - lo], base=lo)
         return go
 
-    reg = ev.registry
-    template = template_of(extract(state[0].rec, slots[:, : min(n, micro)]), reg.n_values,
-                           reg.n_params, micro)
-    if template is not None:
-        state[0] = following(state[0], template)
+    template = template_of(extract(state[0].rec, slots[:, : min(n, micro)]),
+                           ev.registry.n_values, ev.registry.n_params)
 
     def followed():
         for lo in range(0, n, micro):
             hi = min(n, lo + micro)
             state[0], state[1] = record_positions(ev, state[0], state[1], batch, rows[lo:hi],
-                                                  slots[:, : hi - lo], template)
-            if followed_chunk(state[0], template, slots[:, : hi - lo]) is None:
+                                                  slots[:, : hi - lo])
+            if followed_chunk(state[0].rec, template, slots[:, : hi - lo]) is None:
                 raise SystemExit(f"{ev.name}: micro-batch {lo // micro} did not follow")
 
     return [("attacks", lambda: attacks_only(positions)),

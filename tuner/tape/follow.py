@@ -1,27 +1,25 @@
-"""Following a template: recording positions of a known structure without writing their records.
+"""Following a template: copying out positions of a known structure without matching them.
 
-Freezing copies each position's records out, rebased, and matches them to a template
-(`tuner.tape.player`); for an evaluation whose every position has the same records (both of
-Clockwork's do), that is the same template every time, written and read again per position.
-A tape that *follows* the template (`tuner.tape.recording.Follow`) writes no record: each
-recorder checks its record against the template's next one (tag, and each operand the slot the
-template names for this position) and writes only what differs between positions, the scalars
-and operand list lengths, where the position's go in the chunk freezing would make; the operands
-are pushed as always. `followed_chunk` then makes that chunk: the template once, the positions'
-scalars, list lengths and operands (narrowed as `tuner.tape.player.extract` narrows them),
-bitwise what extracting the same recording would have given.
+Freezing copies each position's records out of a recording, rebases its temporaries through slot
+maps, and finds its template by comparing the rebased records with those of the templates so
+far (`tuner.tape.player.extract`). For an evaluation whose every position has the same records
+(both of Clockwork's do), that is the same template every time. `followed_chunk` reads a
+recording that is expected to follow a known template (`template_of`, made from a chunk
+`extract` copied out before) in one pass: each record is compared with the template's record
+for its place, its operands with the slots the template names for its position, found by
+arithmetic (a micro-batch records every position's evaluation, then every position's loss: the
+segments of `tuner.tape.player`; within a segment every position writes as many temporaries of
+each kind, so the j-th of a kind that segment s writes for position i is slot ``start[s] + i *
+per_position[s] + j``); only what differs between positions is copied, the scalars, the operand
+list lengths and the operands (narrowed as `extract` narrows them). The chunk is bitwise the one
+`extract` would make of the same recording.
 
-Anything else is not followed, never guessed at: a record that is not the template's next, a
-position with more or fewer records, an operand list that is not right after the one before or
-holds anything but parameters, an operand that does not fit a narrow chunk, an index error noted
-by a recorder, an output slot other than the template's. `followed_chunk` then returns None and
-the caller records the positions again, in full (`tuner.train.record`), which also reports a
-bad index as it always does.
-
-Recording follows the segments of a training micro-batch (`tuner.train.record`): every
-position's evaluation, then every position's loss; `follow_segment` starts each, and a segment
-holds all the positions in order, so the j-th temporary of a kind that segment s writes for
-position i is slot ``start[s] + i * per_position[s] + j``.
+Anything else is not followed, never guessed at: a record other than the template's, more or
+fewer records, an operand or output slot other than the template's, an operand list that does
+not start right after the one before or holds anything but parameters, an operand that does not
+fit a narrow chunk, an index error noted by a recorder, a segment that does not end at the slot
+the template's does. `followed_chunk` then returns None and the caller copies the recording out
+with `extract`, which reports what is wrong with it as it always does.
 """
 from __future__ import annotations
 
@@ -36,34 +34,40 @@ from .ops import (FORM_LHS, FORM_NARY, FORM_OUT, FORM_RHS, FORM_SCALARS, KERNEL_
 from .player import (CH_NARY, CH_OPERANDS, CH_RECORDS, CH_SCALARS, CH_TEMPLATES, MAX_NARY,
                      N_COUNTS, NARROW_ABOVE, NARROW_BELOW, NARROW_SLOT_MAX, TI_OUTPUTS, TI_SCALARS,
                      Chunk)
-from .recording import (C_EVALUATE, C_OPERANDS, C_PAIR_PARAMS, C_PAIRS, C_VALUE_PARAMS, C_VALUES,
-                        FS_CUR, FS_DIVERGED, FS_HI, FS_LIST_END, FS_LISTS, FS_LO, FS_ON,
-                        FS_POSITION, FS_POSITIONS, FS_ROOM, FS_SCALARS, FS_SIZE, P_LHS_AT,
-                        P_LHS_SEG, P_LIST, P_RHS_AT, P_RHS_SEG, P_SCALARS, P_TAG, PLAN_FIELDS,
-                        SEG_FIELDS,
-                        SG_FIRST, SG_PAIR_START, SG_PAIRS, SG_STOP, SG_VALUE_START, SG_VALUES,
-                        Follow, Tape)
+from .recording import C_OPERANDS, C_PAIR_PARAMS, C_RECORDS, C_VALUE_PARAMS, Recording
+
+#: `Template.plan` columns, one row per template record: its tag; each operand slot's source
+#: (the segment whose records write it, -1 for a parameter) and place (the parameter, or the
+#: temporary's index among those of its kind its segment writes per position); its output's
+#: place (among the temporaries of its kind its own segment writes per position); its operand
+#: list's ordinal (n-ary forms, else -1) and its scalars' offset among the position's.
+P_TAG, P_LHS_SEG, P_LHS_AT, P_RHS_SEG, P_RHS_AT, P_OUT_AT, P_LIST, P_SCALARS = range(8)
+PLAN_FIELDS = 8
+#: `Template.segs` columns, one row per segment: its template records (first, stop) and the
+#: value and pair temporaries it writes per position.
+SG_FIRST, SG_STOP, SG_VALUES, SG_PAIRS = range(4)
+SEG_FIELDS = 4
 
 
 class Template(NamedTuple):
     """A template to follow, made from a chunk whose positions all have it (`template_of`):
-    its records and header as that chunk holds them, each segment's output (its place among
-    the values the segment writes per position), each operand list's slot kind, and the
-    `Follow` a tape checks its records against (per tape: it holds the positions' scalars)."""
+    its records and header as that chunk holds them, the `plan` and `segs` that `followed_chunk`
+    checks a recording against (a segment ends with the record of its output), each operand
+    list's slot kind and a position's scalars."""
 
-    t_rec: np.ndarray     # int32[T, T_REC_FIELDS]
-    t_info: np.ndarray    # int64[1, TI_OUTPUTS + segments]
-    output_at: np.ndarray  # int64[segments]
+    t_rec: np.ndarray      # int32[T, T_REC_FIELDS]
+    t_info: np.ndarray     # int64[1, TI_OUTPUTS + segments]
+    plan: np.ndarray       # int64[T, PLAN_FIELDS]
+    segs: np.ndarray       # int64[segments, SEG_FIELDS]
     list_kind: np.ndarray  # int8[lists]
-    follow: Follow
+    scalars: int
 
 
-def template_of(ch: Chunk, n_value_params: int, n_pair_params: int,
-                micro: int) -> Template | None:
+def template_of(ch: Chunk, n_value_params: int, n_pair_params: int) -> Template | None:
     """The template of `ch`'s positions (extracted from a recording over that many parameters)
-    if they all have one, to follow over at most `micro` positions at a time; None if they do
-    not, or if it could not be followed (a segment without an output; an operand list after
-    the first segment, whose operands would not lie next to the position's others)."""
+    if they all have one; None if they do not, or if it could not be followed (a segment
+    without an output; an operand list after the first segment, whose operands would not lie
+    next to the position's others)."""
     if ch.counts[CH_TEMPLATES] != 1:
         return None
     t_rec, info = ch.t_rec[: int(ch.t_first[1])], ch.t_info[0]
@@ -72,7 +76,6 @@ def template_of(ch: Chunk, n_value_params: int, n_pair_params: int,
     plan = np.zeros((len(t_rec), PLAN_FIELDS), np.int64)
     segs = np.zeros((n_seg, SEG_FIELDS), np.int64)
     where: dict = {}        # (kind, rebased slot) -> (segment, place)
-    output_at = np.zeros(n_seg, np.int64)
     lists, scalars, r = [], 0, 0
     for s in range(n_seg):
         out = int(info[TI_OUTPUTS + s])
@@ -99,58 +102,109 @@ def template_of(ch: Chunk, n_value_params: int, n_pair_params: int,
             kind = int(FORM_OUT[form])
             col = SG_PAIRS if kind == S_PAIR else SG_VALUES
             where[(kind, o)] = (s, int(segs[s, col]))
+            plan[r, P_OUT_AT] = segs[s, col]
             segs[s, col] += 1
             r += 1
             if kind == S_VALUE and o == out:
-                output_at[s] = where[(kind, o)][1]
                 break
         segs[s, SG_STOP] = r
     if r != len(t_rec) or scalars != info[TI_SCALARS]:
         return None
-    state = np.zeros(FS_SIZE, np.int64)
-    state[FS_SCALARS], state[FS_LISTS], state[FS_ROOM] = scalars, len(lists), micro
-    follow = Follow(plan, segs, state, np.zeros(micro * scalars), np.zeros(micro * len(lists),
-                                                                           np.int64))
-    return Template(t_rec.copy(), ch.t_info[:1].copy(), output_at, np.array(lists, np.int8),
-                    follow)
+    return Template(t_rec.copy(), ch.t_info[:1].copy(), plan, segs, np.array(lists, np.int8),
+                    scalars)
 
 
-def following(tape: Tape, template: Template) -> Tape:
-    """`tape` with `template`'s `Follow`, to follow it from the next `follow_segment` of segment
-    0 on (and record in full until then, and after `followed_chunk`)."""
-    return tape._replace(follow=template.follow)
+#: `_expected` columns, one row per template record: the base and the per-position step of its
+#: output slot, of its lhs and of its rhs (a parameter: step 0), and whether it has an lhs / rhs
+#: slot (not an n-ary record's list, nor an unused field).
+E_OUT, E_OUT_STEP, E_LHS, E_LHS_STEP, E_RHS, E_RHS_STEP, E_HAS_LHS, E_HAS_RHS = range(8)
+E_FIELDS = 8
 
 
-def _close_segment(st: np.ndarray) -> None:
-    """Note the segment being followed as diverged unless each of its positions wrote every
-    record of it."""
-    if (st[FS_CUR] != st[FS_LO] or st[FS_POSITION] != st[FS_POSITIONS]) and st[FS_DIVERGED] < 0:
-        st[FS_DIVERGED] = min(st[FS_POSITION], st[FS_POSITIONS] - 1)
+@njit(**JIT)
+def _expected(plan, segs, n, n_vp, n_pp):
+    """Where position i's slots are in a recording of `n` positions that follows the template of
+    `plan` / `segs` (see the module docstring): ``base + i * step`` for each record's output and
+    operand slots (`E_*` columns)."""
+    n_seg = segs.shape[0]
+    first = np.empty((n_seg, 2), np.int64)   # each segment's first value / pair temporary
+    step = np.empty((n_seg, 2), np.int64)    # and the temporaries it writes per position
+    v, p = n_vp, n_pp
+    for s in range(n_seg):
+        first[s, 0], first[s, 1] = v, p
+        step[s, 0], step[s, 1] = segs[s, SG_VALUES], segs[s, SG_PAIRS]
+        v += n * step[s, 0]
+        p += n * step[s, 1]
+    e = np.zeros((plan.shape[0], E_FIELDS), np.int64)
+    for s in range(n_seg):
+        for t in range(segs[s, SG_FIRST], segs[s, SG_STOP]):
+            form = plan[t, P_TAG] >> KERNEL_BITS
+            k = 1 if FORM_OUT[form] == S_PAIR else 0
+            e[t, E_OUT], e[t, E_OUT_STEP] = first[s, k] + plan[t, P_OUT_AT], step[s, k]
+            for kind, seg, at, col, has in ((FORM_LHS[form], plan[t, P_LHS_SEG],
+                                             plan[t, P_LHS_AT], E_LHS, E_HAS_LHS),
+                                            (FORM_RHS[form], plan[t, P_RHS_SEG],
+                                             plan[t, P_RHS_AT], E_RHS, E_HAS_RHS)):
+                if kind != S_NONE:
+                    k = 1 if kind == S_PAIR else 0
+                    e[t, has] = 1
+                    e[t, col] = at if seg < 0 else first[seg, k] + at
+                    e[t, col + 1] = 0 if seg < 0 else step[seg, k]
+    return e
 
 
-def follow_segment(tape: Tape, s: int, n: int) -> None:
-    """Follow the template of `tape` (`following`) through segment `s` of `n` positions: from
-    segment 0, on a tape just reset that does not evaluate its records (`C_EVALUATE`), then
-    each segment in turn."""
-    fw, c = tape.follow, tape.rec.counts
-    st, segs = fw.state, fw.segs
-    if s == 0:
-        if c[C_EVALUATE] or not 0 < n <= st[FS_ROOM]:
-            raise ValueError(f"cannot follow a template over {n} positions on this tape "
-                             f"(room for {st[FS_ROOM]}, evaluating: {bool(c[C_EVALUATE])})")
-        st[FS_POSITIONS], st[FS_LIST_END], st[FS_DIVERGED] = n, c[C_OPERANDS], -1
-    else:
-        _close_segment(st)
-    segs[s, SG_VALUE_START], segs[s, SG_PAIR_START] = c[C_VALUES], c[C_PAIRS]
-    st[FS_CUR] = st[FS_LO] = segs[s, SG_FIRST]
-    st[FS_HI] = segs[s, SG_STOP]
-    st[FS_POSITION] = 0
-    st[FS_ON] = 1
-
-
-def stop_following(tape: Tape) -> None:
-    """Record in full again (what `followed_chunk` does too)."""
-    tape.follow.state[FS_ON] = 0
+@njit(**JIT)
+def _followed(rec: Recording, plan, segs, e, n, scalars, lists) -> bool:
+    """Whether the `n` positions of `rec` follow the template of `plan` / `segs` (`e` its
+    `_expected` slots), their operand lists one after the other from the first operand to the
+    last; their scalars (``scalars[i * S + k]``) and operand list lengths (``lists[i * L + j]``)
+    written as it goes. (Template record by template record, each over every position: the
+    checks of one loop use the same constants and fold into one flag, no branch.)"""
+    n_t = plan.shape[0]
+    if rec.counts[C_RECORDS] != n * n_t:
+        return False
+    n_scal = scalars.shape[0] // max(n, 1)
+    n_lists = lists.shape[0] // max(n, 1)
+    op, out, lhs, rhs, sc = rec.op, rec.out, rec.lhs, rec.rhs, rec.scalar
+    ok = True
+    base = 0  # the segment's first record
+    for s in range(segs.shape[0]):
+        first, width = segs[s, SG_FIRST], segs[s, SG_STOP] - segs[s, SG_FIRST]
+        for t in range(first, first + width):
+            r0 = base + t - first  # (position i's is r0 + i * width)
+            tag, o, o_step = plan[t, P_TAG], e[t, E_OUT], e[t, E_OUT_STEP]
+            j = plan[t, P_LIST]
+            if j >= 0:  # an operand list: its start is checked below, its length kept
+                for i in range(n):
+                    r = r0 + i * width
+                    count = rhs[r]
+                    ok &= (op[r] == tag) & (out[r] == o + i * o_step) & (count >= 0) & (
+                        count <= MAX_NARY)
+                    lists[i * n_lists + j] = count
+            else:
+                a, a_step, no_a = e[t, E_LHS], e[t, E_LHS_STEP], e[t, E_HAS_LHS] == 0
+                b, b_step, no_b = e[t, E_RHS], e[t, E_RHS_STEP], e[t, E_HAS_RHS] == 0
+                for i in range(n):
+                    r = r0 + i * width
+                    ok &= ((op[r] == tag) & (out[r] == o + i * o_step)
+                           & ((lhs[r] == a + i * a_step) | no_a)
+                           & ((rhs[r] == b + i * b_step) | no_b))
+            at = plan[t, P_SCALARS]
+            for k in range(FORM_SCALARS[tag >> KERNEL_BITS]):
+                for i in range(n):
+                    scalars[i * n_scal + at + k] = sc[r0 + i * width, k]
+        base += n * width
+    # The lists (all in the first segment: `template_of`) one after the other, position after
+    # position, from the first operand to the last.
+    first, width = segs[0, SG_FIRST], segs[0, SG_STOP] - segs[0, SG_FIRST]
+    list_end = 0
+    for i in range(n):
+        for t in range(first, first + width):
+            j = plan[t, P_LIST]
+            if j >= 0:
+                ok &= lhs[i * width + t - first] == list_end
+                list_end += lists[i * n_lists + j]
+    return ok and list_end == rec.counts[C_OPERANDS]
 
 
 @njit(**JIT)
@@ -183,36 +237,35 @@ def _narrowed(r_index, r_coef, lists, bound, index, coef, n_opnd) -> bool:
     return ok
 
 
-def followed_chunk(tape: Tape, template: Template, outputs: np.ndarray) -> Chunk | None:
-    """The chunk `tuner.tape.player.extract` would copy out of the positions `tape` recorded
-    following `template` (`follow_segment`), whose segments end at ``outputs`` (int64[segments,
-    n]); or None if they did not all follow it (see the module docstring). Stops following."""
-    fw, rec = tape.follow, tape.rec
-    st, segs, c = fw.state, fw.segs, rec.counts
-    _close_segment(st)
-    stop_following(tape)
-    n, n_scal, n_lists = (int(st[f]) for f in (FS_POSITIONS, FS_SCALARS, FS_LISTS))
-    if (st[FS_DIVERGED] >= 0 or index_error(rec) is not None or st[FS_LIST_END] != c[C_OPERANDS]
-            or outputs.shape != (len(segs), n)):
+def followed_chunk(rec: Recording, template: Template, outputs: np.ndarray) -> Chunk | None:
+    """The chunk `tuner.tape.player.extract` would copy out of the positions of `rec`, whose
+    segments end at ``outputs`` (int64[segments, n]), if they all follow `template`; None if
+    they do not (see the module docstring)."""
+    n_seg, n = outputs.shape
+    segs, n_lists = template.segs, len(template.list_kind)
+    if n_seg != len(segs) or index_error(rec) is not None:
         return None
-    for s in range(len(segs)):
-        if not np.array_equal(outputs[s], segs[s, SG_VALUE_START] + template.output_at[s]
-                              + segs[s, SG_VALUES] * np.arange(n)):
+    c = rec.counts
+    scalars, lists = np.empty(n * template.scalars), np.empty(n * n_lists, np.int64)
+    e = _expected(template.plan, segs, n, c[C_VALUE_PARAMS], c[C_PAIR_PARAMS])
+    if not _followed(rec, template.plan, segs, e, n, scalars, lists):
+        return None
+    for s in range(n_seg):  # (each segment ends at its last record's output: `template_of`)
+        last = e[segs[s, SG_STOP] - 1]
+        if not np.array_equal(outputs[s], last[E_OUT] + last[E_OUT_STEP] * np.arange(n)):
             return None
-    lists = fw.lists[: n * n_lists].reshape(n, n_lists)
-    if lists.size and not 0 <= lists.min() <= lists.max() <= MAX_NARY:
-        return None
     m = int(c[C_OPERANDS])
     bound = np.minimum(np.where(template.list_kind == S_PAIR, c[C_PAIR_PARAMS],
                                 c[C_VALUE_PARAMS]), NARROW_SLOT_MAX + 1)
     index, coef, n_opnd = np.empty(m, np.uint16), np.empty(m, np.int8), np.empty(n, np.int64)
+    lists = lists.reshape(n, n_lists)
     if not _narrowed(rec.opnd_index, rec.opnd_coef, lists, bound, index, coef, n_opnd):
         return None
     t = len(template.t_rec)
     counts = np.zeros(N_COUNTS, np.int64)
     counts[CH_TEMPLATES], counts[CH_RECORDS], counts[CH_OPERANDS] = 1, t, m
-    counts[CH_SCALARS], counts[CH_NARY] = n * n_scal, n * n_lists
+    counts[CH_SCALARS], counts[CH_NARY] = n * template.scalars, n * n_lists
     return Chunk(np.array([0, t], np.int64), template.t_rec, template.t_info,
-                 np.zeros(n, np.int32), n_opnd, np.full(n, n_scal, np.int64),
-                 np.full(n, n_lists, np.int64), fw.scalars[: n * n_scal].copy(),
-                 lists.astype(np.uint16).reshape(-1), index, coef, counts)
+                 np.zeros(n, np.int32), n_opnd, np.full(n, template.scalars, np.int64),
+                 np.full(n, n_lists, np.int64), scalars, lists.astype(np.uint16).reshape(-1),
+                 index, coef, counts)

@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from tuner.jit import BORROWED, JIT, INLINE, RECORDER
+from tuner.jit import JIT, INLINE, RECORDER
 
 from .pairs import ACCUMULATORS, pair_axpy, pair_dot
 
@@ -67,10 +67,7 @@ from .recording import (C_ERROR, C_ERROR_INDEX, C_ERROR_LIMIT, C_ERROR_OPERAND, 
                         C_ERROR_TAG, C_EVALUATE, C_OPERANDS, C_PAIRS, C_RECORDS, C_VALUES, E_NONE,
                         E_OPERAND_LIST, E_PAIR_SLOT, E_PARAM_INDEX, E_VALUE_SLOT, OPERAND_LHS,
                         OPERAND_LIST, OPERAND_RHS, Recording, Tape, TapeFullError, alloc_pair,
-                        alloc_value, note_index_error, Follow, FS_CUR, FS_DIVERGED, FS_HI,
-                        FS_LIST_END, FS_LISTS, FS_LO, FS_ON, FS_POSITION, FS_POSITIONS,
-                        FS_SCALARS, P_LHS_AT, P_LHS_SEG, P_LIST, P_RHS_AT, P_RHS_SEG, P_SCALARS,
-                        P_TAG, SG_VALUE_START, SG_VALUES)
+                        alloc_value, note_index_error)
 
 
 # Kernels.
@@ -810,65 +807,13 @@ def _checked_list(c, idx, kind: int, first: int, n: int, tg: int):
 
 
 @njit(**INLINE)
-def _followed_slot(segs, seg: int, at: int, kind: int, i: int) -> int:
-    """The slot a following tape (`Follow`) gives position i's operand of `kind` from
-    segment `seg` at place `at` (a parameter if `seg` < 0; see `P_LHS_SEG`)."""
-    if seg < 0:
-        return at
-    pair = kind == S_PAIR
-    return segs[seg, SG_VALUE_START + pair] + i * segs[seg, SG_VALUES + pair] + at
-
-
-@njit(**BORROWED)
-def _follow_record(fw: Follow, form: int, tg: int, lhs: int, rhs: int, s0: float, s1: float):
-    """A record of a tape following a template (`Follow`): unless it is the template's next
-    record (the same tag, each operand the slot the template's names for this position, an
-    n-ary record's operands right after the last list's), note the position as the first that
-    diverged; otherwise write its scalars and operand count where the position's go. (A call of
-    its own: written into `_append`, it would be inlined into every recorder.)"""
-    st, plan = fw.state, fw.plan
-    cur = st[FS_CUR]
-    i = st[FS_POSITION]
-    ok = plan[cur, P_TAG] == tg and i < st[FS_POSITIONS]
-    if ok:
-        if FORM_NARY[form] != S_NONE:
-            ok = lhs == st[FS_LIST_END]
-            st[FS_LIST_END] = lhs + rhs
-            fw.lists[i * st[FS_LISTS] + plan[cur, P_LIST]] = rhs
-        else:
-            if FORM_LHS[form] != S_NONE:
-                ok &= lhs == _followed_slot(fw.segs, plan[cur, P_LHS_SEG], plan[cur, P_LHS_AT],
-                                            FORM_LHS[form], i)
-            if FORM_RHS[form] != S_NONE:
-                ok &= rhs == _followed_slot(fw.segs, plan[cur, P_RHS_SEG], plan[cur, P_RHS_AT],
-                                            FORM_RHS[form], i)
-        at = i * st[FS_SCALARS] + plan[cur, P_SCALARS]
-        if FORM_SCALARS[form] > 0:
-            fw.scalars[at] = s0
-        if FORM_SCALARS[form] > 1:
-            fw.scalars[at + 1] = s1
-    if not ok and st[FS_DIVERGED] < 0:
-        st[FS_DIVERGED] = i
-    cur += 1
-    if cur == st[FS_HI]:  # the position's last record of the segment: the next position's
-        cur = st[FS_LO]
-        st[FS_POSITION] = i + 1
-    st[FS_CUR] = cur
-
-
-@njit(**INLINE)
 def _append(t: Tape, form: int, k: int, lhs: int, rhs: int, s0: float, s1: float):
     """Check the operand slots (see `tuner.tape.recording`: an out-of-range one becomes slot 0
     and is noted), append the record and allocate its output slot; ``(output, lhs, rhs)``, the
-    operands as recorded. No record is appended on overflow. A tape following a template
-    (`Follow`) allocates the slot and checks the record against the template's instead."""
+    operands as recorded. No record is appended on overflow."""
     rec = t.rec
     c = rec.counts
     tg = tag(form, k)
-    if t.follow.state[FS_ON]:
-        o = alloc_pair(t) if FORM_OUT[form] == S_PAIR else alloc_value(t)
-        _follow_record(t.follow, form, tg, lhs, rhs, s0, s1)
-        return o, lhs, rhs
     if FORM_NARY[form] == S_NONE:  # (an n-ary recorder checks its list itself)
         lhs = _checked_slot(c, FORM_LHS[form], lhs, OPERAND_LHS, tg)
         rhs = _checked_slot(c, FORM_RHS[form], rhs, OPERAND_RHS, tg)

@@ -86,55 +86,11 @@ class Recording(NamedTuple):
     counts: np.ndarray      # int64[N_COUNTS]
 
 
-#: `Follow.state` fields: following (1) or not (0); the template record expected next, the
-#: current segment's template records (first, stop); the segment's position (its cycle through
-#: them); the positions recorded; where the next n-ary record's operands must start; the first
-#: position whose records did not follow the template (-1: none); scalars and operand lists a
-#: position has; positions the `Follow`'s arrays have room for.
-FS_ON, FS_CUR, FS_LO, FS_HI, FS_POSITION, FS_POSITIONS, FS_LIST_END, FS_DIVERGED = range(8)
-FS_SCALARS, FS_LISTS, FS_ROOM = 8, 9, 10
-FS_SIZE = 11
-#: `Follow.plan` columns, one row per template record: its tag; each operand slot's source
-#: (the segment whose records write it, -1 for a parameter) and place (the parameter, or the
-#: temporary's index among those of its kind the segment writes per position); the record's
-#: operand list ordinal (n-ary forms) and its scalars' offset among the position's.
-P_TAG, P_LHS_SEG, P_LHS_AT, P_RHS_SEG, P_RHS_AT, P_LIST, P_SCALARS = range(7)
-PLAN_FIELDS = 7
-#: `Follow.segs` columns, one row per segment: its template records (first, stop), the value
-#: and pair temporaries it writes per position, and the first value and pair slot it wrote (set
-#: as it starts).
-SG_FIRST, SG_STOP, SG_VALUES, SG_PAIRS, SG_VALUE_START, SG_PAIR_START = range(6)
-SEG_FIELDS = 6
-assert SG_PAIRS == SG_VALUES + 1 and SG_PAIR_START == SG_VALUE_START + 1  # (a pair's: + 1)
-
-
-class Follow(NamedTuple):
-    """What a tape that *follows a template* checks its records against and writes instead
-    (`tuner.tape.follow`): a training recording whose every position has the same records
-    (tags and slots, rebased) need not write them, only each position's scalars and operand
-    lists, which `tuner.tape.follow.followed_chunk` turns into what freezing would copy out.
-    Off (``state[FS_ON] == 0``, no template) on every tape but a following one."""
-
-    plan: np.ndarray    # int64[T, PLAN_FIELDS]
-    segs: np.ndarray    # int64[segments, SEG_FIELDS]
-    state: np.ndarray   # int64[FS_SIZE]
-    scalars: np.ndarray  # float64[positions * scalars]: each position's scalars, in order
-    lists: np.ndarray   # int64[positions * lists]: each position's operand list lengths
-
-
-def no_follow() -> Follow:
-    """A tape's `Follow` when it records every record (no template)."""
-    return Follow(np.zeros((0, PLAN_FIELDS), np.int64), np.zeros((0, SEG_FIELDS), np.int64),
-                  np.zeros(FS_SIZE, np.int64), np.zeros(0), np.zeros(0, np.int64))
-
-
 class Tape(NamedTuple):
-    """A recorder: the recording being written, the arena its records run in and the template
-    it follows, if any (`Follow`)."""
+    """A recorder: the recording being written and the arena its records run in."""
 
     rec: Recording
     arena: Arena
-    follow: Follow
 
 
 def new_recording(n_value_params: int, n_pair_params: int, records: int, operands: int,
@@ -169,7 +125,7 @@ def new_tape(n_value_params: int = 0, n_pair_params: int = 0, *, records: int = 
     if values < n_value_params or pairs < n_pair_params:
         raise ValueError("arena capacity is smaller than the number of parameters")
     return Tape(new_recording(n_value_params, n_pair_params, records, operands, evaluate),
-                new_arena(values, pairs), no_follow())
+                new_arena(values, pairs))
 
 
 def _grown(arr: np.ndarray, factor: int) -> np.ndarray:
@@ -180,10 +136,10 @@ def _grown(arr: np.ndarray, factor: int) -> np.ndarray:
 
 def grow(tape: Tape, factor: int = 2) -> Tape:
     """A copy of `tape` with every capacity multiplied by `factor` (an empty one becomes
-    `factor`) and the same contents (the template it follows, if any, shared)."""
+    `factor`) and the same contents."""
     rec = Recording(**{name: arr.copy() if name == "counts" else _grown(arr, factor)
                        for name, arr in tape.rec._asdict().items()})
-    return Tape(rec, Arena(*(_grown(a, factor) for a in tape.arena)), tape.follow)
+    return Tape(rec, Arena(*(_grown(a, factor) for a in tape.arena)))
 
 
 def capacity(tape: Tape) -> dict[str, int]:

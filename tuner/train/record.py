@@ -24,11 +24,10 @@ from tuner.jit import BORROWED
 
 from tuner.data.trace import concat_positions, position_count, take_positions
 from tuner.tape import TapeFullError, grow, new_tape, reset
-from tuner.tape.follow import (Template, followed_chunk, follow_segment, following,
-                               stop_following, template_of)
-from tuner.tape.ops import F_SIGMOID_SQ_ERR, index_error, record_loss
-from tuner.tape.player import (Chunk, FreezeError, Store, StoreBuilder, extract,
-                               reordered_store, return_freed_memory)
+from tuner.tape.follow import Template, followed_chunk, template_of
+from tuner.tape.ops import F_SIGMOID_SQ_ERR, record_loss
+from tuner.tape.player import (FreezeError, Store, StoreBuilder, extract, reordered_store,
+                               return_freed_memory)
 
 #: Initial tape capacity per position (grown on demand, outside the hot loop).
 RECORDS_PER_POSITION = 16
@@ -71,45 +70,27 @@ class Labelled(NamedTuple):
     loss: int
 
 
-def record_positions(evaluation, tape, scratch, batch: Labelled, rows, slots, template=None):
+def record_positions(evaluation, tape, scratch, batch: Labelled, rows, slots):
     """Record ``batch.positions[rows]`` with their losses on `tape` (from empty); ``slots``
     int64[2, n].
 
     Returns ``(tape, scratch)``: a full tape is grown (and the scratch, which a failed recording
     may have left with terms in it, made anew) and the micro-batch recorded again. An index out
     of range handed to a recorder raises `tuner.evals.EvaluationIndexError` naming the position.
-    Given the `template` that `tape` is `following` (`tuner.tape.follow`), the positions are
-    recorded following it, and `followed_chunk` says whether they did; a bad index is then
-    reported by recording them again in full (which the caller does if they did not: a
-    following tape has no records to say whose index it was), and the evaluation's check is
-    left to that recording.
     """
     positions, results, k, loss = batch
-    try:
-        while True:
-            reset(tape)
-            try:
-                if template is not None:
-                    follow_segment(tape, EVAL, len(rows))
-                evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
-                if template is not None:
-                    follow_segment(tape, LOSS, len(rows))
-                record_losses(tape, slots, results, rows, k, loss)
-                break
-            except TapeFullError:
-                tape, scratch = grow(tape), evaluation.new_scratch()
-        if template is None or index_error(tape.rec) is None:
-            evaluation.check_recording(tape, positions, rows, slots)
-    except BaseException:
-        stop_following(tape)  # (a tape given back after a failure records in full)
-        raise
+    while True:
+        reset(tape)
+        try:
+            evaluation.record_batch(tape, scratch, positions, rows, slots[EVAL])
+            record_losses(tape, slots, results, rows, k, loss)
+            break
+        except TapeFullError:
+            tape, scratch = grow(tape), evaluation.new_scratch()
+    evaluation.check_recording(tape, positions, rows, slots)
     return tape, scratch
 
 
-#: Micro-batches of a recording thread that did not follow the template of the one before
-#: (`tuner.tape.follow`; recorded twice, followed, then in full) after which it no longer tries:
-#: an evaluation whose positions vary in structure costs that many micro-batches more.
-FOLLOW_MISSES = 3
 #: Contiguous parts a blocks run's recording order is cut into (`StoreRecorder` given an
 #: order): each part's store is built in file order and appended to the store in the order at
 #: the end, so the recording holds the store once and one part (1/64 of it) besides.
@@ -170,14 +151,13 @@ class _Parts:
 
 class _Worker(NamedTuple):
     """What recording a micro-batch works in: a tape, the evaluation's scratch and the slots of
-    the positions' outputs (one per thread); the template the tape follows (None: the tape
-    records in full) and how many micro-batches did not follow one."""
+    the positions' outputs (one per thread); the template of the last micro-batch it copied out
+    in full, if its positions all had one (`tuner.tape.follow`)."""
 
     tape: object
     scratch: object
     slots: np.ndarray
     template: Template | None = None
-    misses: int = 0
 
 
 class _Job(NamedTuple):
@@ -336,17 +316,23 @@ class StoreRecorder:
         whose turn has come into their builders."""
         w = self.free.get()
         try:
-            slots, rows = w.slots[:, : job.hi - job.lo], np.arange(job.lo, job.hi)
-            part = None
-            if w.template is not None:
-                tape, scratch = record_positions(self.evaluation, w.tape, w.scratch, job.batch,
-                                                 rows, slots, w.template)
-                w = w._replace(tape=tape, scratch=scratch)
-                part = followed_chunk(tape, w.template, slots)
-                if part is None:
-                    w = w._replace(template=None, misses=w.misses + 1)
+            slots = w.slots[:, : job.hi - job.lo]
+            tape, scratch = record_positions(self.evaluation, w.tape, w.scratch, job.batch,
+                                             np.arange(job.lo, job.hi), slots)
+            w = w._replace(tape=tape, scratch=scratch)
+            # (positions of the template of the micro-batch before are copied out without
+            # matching them; any other, copied out in full, may give a template to follow)
+            part = None if w.template is None else followed_chunk(tape.rec, w.template, slots)
             if part is None:
-                part, w = self._record_in_full(w, job, rows, slots)
+                try:
+                    part = extract(tape.rec, slots, base=job.base)
+                except FreezeError as e:
+                    if self.parts is None:
+                        raise
+                    raise FreezeError(f"{e} (positions numbered in part {job.builder} of the "
+                                      f"recording order)") from None
+                reg = self.evaluation.registry
+                w = w._replace(template=template_of(part, reg.n_values, reg.n_params))
         finally:
             self.free.put(w)
         with self.lock:
@@ -357,28 +343,6 @@ class StoreRecorder:
                 self.turn += 1
         if self.progress is not None:
             self.progress(job.hi - job.lo)
-
-
-    def _record_in_full(self, w: _Worker, job: _Job, rows, slots) -> tuple[Chunk, _Worker]:
-        """Record a micro-batch with every record and copy it out (`extract`): its chunk, and
-        the worker following the chunk's template from now on if it has one (unless
-        `FOLLOW_MISSES` micro-batches did not follow one)."""
-        tape, scratch = record_positions(self.evaluation, w.tape, w.scratch, job.batch, rows,
-                                         slots)
-        w = w._replace(tape=tape, scratch=scratch)
-        try:
-            part = extract(tape.rec, slots, base=job.base)
-        except FreezeError as e:
-            if self.parts is None:
-                raise
-            raise FreezeError(f"{e} (positions numbered in part {job.builder} of the "
-                              f"recording order)") from None
-        if w.misses < FOLLOW_MISSES:
-            reg = self.evaluation.registry
-            template = template_of(part, reg.n_values, reg.n_params, self.micro)
-            if template is not None:
-                w = w._replace(tape=following(tape, template), template=template)
-        return part, w
 
 
 def record_store(evaluation, positions: np.ndarray, results: np.ndarray, k: float,
