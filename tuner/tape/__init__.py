@@ -4,9 +4,9 @@
 first) are separate; a `Tape` is a recorder writing one recording over one arena. `ops` is the op
 table (each op's forward and backward side by side, the recorders and the sweeps), `linear` the
 lazy linear accumulator, `player` freezes recordings into a compact per-position store and
-replays it, `follow` records positions of a known structure without writing their records (what
-freezing them would give, checked record by record), `graph` a Python front end for tests and
-interactive use.
+replays it, `follow` copies out a recording of positions of a known structure without matching
+them (what freezing would give, checked record by record), `graph` a Python front end for tests
+and interactive use.
 """
 from .arena import Arena, new_arena, set_params
 from .recording import (Recording, Tape, TapeFullError, capacity, grow, new_recording, new_tape,
