@@ -62,8 +62,8 @@ from tuner.chess.bitboard import lsb, popcount  # noqa: E402
 from tuner.chess.position import W_BLACK, W_PAWN, W_WHITE  # noqa: E402
 from tuner.data.loader import BATCH_ROWS  # noqa: E402
 from tuner.evals import get_evaluation  # noqa: E402
-from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
 from tuner.tape.follow import followed_chunk, template_of  # noqa: E402
+from tuner.tape.ops import F_SIGMOID_SQ_ERR  # noqa: E402
 from tuner.tape.player import extract, store_digest  # noqa: E402
 from tuner.tape.recording import reset  # noqa: E402
 from tuner.train.record import (RECORD_MICRO, Labelled, StoreRecorder,  # noqa: E402

@@ -32,8 +32,7 @@ from tuner.jit import JIT
 from .ops import (FORM_LHS, FORM_NARY, FORM_OUT, FORM_RHS, FORM_SCALARS, KERNEL_BITS, S_NONE,
                   S_PAIR, S_VALUE, index_error)
 from .player import (CH_NARY, CH_OPERANDS, CH_RECORDS, CH_SCALARS, CH_TEMPLATES, MAX_NARY,
-                     N_COUNTS, NARROW_ABOVE, NARROW_BELOW, NARROW_SLOT_MAX, TI_OUTPUTS, TI_SCALARS,
-                     Chunk)
+                     N_COUNTS, NARROW_SLOT_MAX, TI_OUTPUTS, TI_SCALARS, Chunk, narrow_coef)
 from .recording import C_OPERANDS, C_PAIR_PARAMS, C_RECORDS, C_VALUE_PARAMS, Recording
 
 #: `Template.plan` columns, one row per template record: its tag; each operand slot's source
@@ -220,7 +219,7 @@ def _narrowed(r_index, r_coef, lists, bound, index, coef, n_opnd) -> bool:
     for q in range(index.shape[0]):
         x = r_index[q]
         c = r_coef[q]
-        fits = (c > NARROW_BELOW) & (c < NARROW_ABOVE) & (np.floor(c) == c)
+        fits = narrow_coef(c)
         ok &= fits & (np.uint32(x) < top)  # (a negative slot wraps to a huge one)
         index[q] = x
         coef[q] = c if fits else 0.0

@@ -244,6 +244,12 @@ U0, U1 = np.uint64(0), np.uint64(1)
 
 
 @njit(**INLINE)
+def narrow_coef(c) -> bool:
+    """Whether coefficient `c` is one a narrow chunk holds: an integer of i8 (not a NaN)."""
+    return (c > NARROW_BELOW) & (c < NARROW_ABOVE) & (np.floor(c) == c)
+
+
+@njit(**INLINE)
 def _copy_list(rec: Recording, ch: Chunk, q, count, w, remap, narrow, mapped):
     """Copy the `count` operands of `rec`'s list from `q` into `ch`'s from `w`: ``(unread,
     wide, top)``, whether one may not be read, whether one does not fit a narrow chunk (see
@@ -266,8 +272,7 @@ def _copy_list(rec: Recording, ch: Chunk, q, count, w, remap, narrow, mapped):
             x = np.uint64(np.int64(slot_map[x])) if x < n_map else U_UNREAD
         unread |= x > U_SLOT_MAX
         c = r_coef[q]
-        fits = ((x <= U_NARROW_SLOT_MAX) & (c > NARROW_BELOW) & (c < NARROW_ABOVE)
-                & (np.floor(c) == c))
+        fits = (x <= U_NARROW_SLOT_MAX) & narrow_coef(c)
         wide |= not fits
         c_index[w] = x
         c_coef[w] = c if fits | (not narrow) else 0.0  # (in range for i8)
